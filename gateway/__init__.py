@@ -1,0 +1,1 @@
+"""The running service: proxy, resolver and address guard, audit log, listeners, CLI."""

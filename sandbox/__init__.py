@@ -1,0 +1,1 @@
+"""Container lifecycle on the docker SDK: the only package that imports docker."""
