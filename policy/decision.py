@@ -37,7 +37,7 @@ class Code(StrEnum):
     PORT_NOT_ALLOWED = "port_not_allowed"
     INVALID_HOST = "invalid_host"
     DECISION_ERROR = "decision_error"
-    SECRET_EXFILTRATION = "secret_exfiltration"
+    SECRET_EXFILTRATION = "secret_exfiltration"  # noqa: S105 - a code name, not a secret
     HOST_MISMATCH = "host_mismatch"
     PROXY_LOOP = "proxy_loop"
 
