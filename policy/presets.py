@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 import yaml
@@ -34,8 +33,9 @@ MAX_FILE_BYTES = 1 << 20
 
 
 def preset_dir() -> Path:
-    """The folder of shipped presets (inside the installed package)."""
-    return Path(str(resources.files("presets")))
+    """The folder of shipped presets: ``presets/`` beside the ``policy`` package, both
+    in a source checkout and in an installed wheel (which ships it as data)."""
+    return Path(__file__).resolve().parent.parent / "presets"
 
 
 def preset_names() -> list[str]:
