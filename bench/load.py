@@ -1,0 +1,319 @@
+"""Load client: drives a proxy through loopback targets and compares it with direct.
+
+Usage::
+
+    python -m bench.load                      # starts `netwarden proxy` itself (+ the baseline)
+    python -m bench.load --quick              # short smoke run (seconds)
+    python -m bench.load --proxy http://USER:TOKEN@127.0.0.1:PORT [--proxy-pid PID]
+    python -m bench.load --subject reference  # only the naive baseline proxy
+
+What happens: ``bench.targets`` starts in a child process (echo, sink/source and
+keep-alive HTTP servers on 127.0.0.1, port 0). By default the proxy under test is
+``netwarden proxy`` with an allowlist naming exactly the target ports (loopback is
+otherwise refused by the address guard) and an audit log in a temporary directory,
+pinned with ``taskset`` to one core (the last one), while this client and the targets
+are pinned to the other cores. The baseline is ``bench.reference_proxy`` under the same
+pinning. Per route, in this order (RSS first, on a fresh proxy):
+
+1. RSS with N idle tunnels: VmRSS before/after opening them, per tunnel;
+2. single-tunnel upload and download, 16-tunnel upload (raw sockets, best of a few);
+3. new tunnels at concurrency 32 (connect, CONNECT, 200, one byte echoed, close):
+   rate, setup p50/p99, and the proxy's CPU time (utime+stime) per tunnel;
+4. plain-HTTP keep-alive GETs on 16 connections: rate and proxy CPU per request.
+
+The table goes to stdout, then ONE JSON line (``"type": "bench_summary"``) last.
+Exit 0 when the run completed (targets missed are reported, not failures), 2 on bad
+usage or a proxy that cannot be driven.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import resource
+import shutil
+import sys
+import tempfile
+from collections.abc import Coroutine, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from bench.measure import (
+    Route,
+    best_of,
+    http_rate,
+    idle_tunnels,
+    stream_throughput,
+    tunnel_rate,
+)
+from bench.proxyproc import BenchError, Child, ProxyURL, python_argv, spawn
+from bench.report import Results, render_table, summary
+
+__all__ = ["Config", "main"]
+
+_MIB: Final = 1 << 20
+
+
+@dataclass(frozen=True)
+class Config:
+    stream_bytes: int
+    stream_runs: int
+    parallel_bytes: int
+    parallel_runs: int
+    streams: int
+    rate_seconds: float
+    concurrency: int
+    http_seconds: float
+    http_connections: int
+    idle_tunnels: int
+
+    @classmethod
+    def full(cls) -> Config:
+        return cls(256 * _MIB, 3, 256 * _MIB, 2, 16, 3.0, 32, 3.0, 16, 1000)
+
+    @classmethod
+    def quick(cls) -> Config:
+        return cls(16 * _MIB, 1, 32 * _MIB, 1, 16, 0.5, 32, 0.5, 16, 200)
+
+
+def _run[T](coroutine: Coroutine[Any, Any, T]) -> T:
+    try:
+        import uvloop  # optional speed-up
+    except ImportError:
+        return asyncio.run(coroutine)
+    result: T = uvloop.run(coroutine)
+    return result
+
+
+def measure_route(route: Route, ports: dict[str, int], config: Config) -> Results:
+    """Every measurement for one route; idle RSS first (needs a fresh proxy and its pid)."""
+    results = Results(route.name)
+    if route.proxy is not None:
+        if route.pid is not None:
+            results.idle = _run(idle_tunnels(route, ports["echo"], count=config.idle_tunnels))
+        else:
+            results.notes.append("no --proxy-pid: CPU and RSS not measured")
+    sink = ports["sink"]
+    results.up1 = best_of(
+        config.stream_runs,
+        lambda: stream_throughput(route, sink, mode=b"U", streams=1, total=config.stream_bytes),
+    )
+    results.down1 = best_of(
+        config.stream_runs,
+        lambda: stream_throughput(route, sink, mode=b"D", streams=1, total=config.stream_bytes),
+    )
+    results.up16 = best_of(
+        config.parallel_runs,
+        lambda: stream_throughput(
+            route, sink, mode=b"U", streams=config.streams, total=config.parallel_bytes
+        ),
+    )
+    results.rate = _run(
+        tunnel_rate(
+            route, ports["echo"], concurrency=config.concurrency, seconds=config.rate_seconds
+        )
+    )
+    if results.rate.errors:
+        results.notes.append(
+            f"{results.rate.errors} tunnel setups failed; first: {results.rate.first_error}"
+        )
+    results.http = _run(
+        http_rate(
+            route, ports["http"], connections=config.http_connections, seconds=config.http_seconds
+        )
+    )
+    if results.http.reconnects:
+        results.notes.append(f"keep-alive broken: {results.http.reconnects} reconnects")
+    return results
+
+
+def _netwarden_policy(ports: dict[str, int], connect_host: str) -> str:
+    rules = []
+    for port in sorted(set(ports.values())):
+        rules.append(f"127.0.0.1:{port}")
+        if connect_host != "127.0.0.1":
+            rules.append(f"{connect_host}:{port}")
+    lines = [
+        "# written by bench.load: the loopback targets of this run and nothing else",
+        "mode: allowlist",
+        "rules:",
+    ]
+    lines += [f'  - "{rule}"' for rule in rules]
+    return "\n".join(lines) + "\n"
+
+
+@contextlib.contextmanager
+def _netwarden(
+    ports: dict[str, int], connect_host: str, cpu: int | None, workdir: Path
+) -> Iterator[Child]:
+    policy = workdir / "bench-policy.yaml"
+    policy.write_text(_netwarden_policy(ports, connect_host))
+    argv = python_argv(
+        "gateway.cli",
+        "proxy",
+        "--policy",
+        str(policy),
+        "--listen",
+        "127.0.0.1:0",
+        "--events",
+        str(workdir / "events.jsonl"),
+        "--run-id",
+        "bench",
+    )
+    with spawn("netwarden", argv, cpu=cpu) as child:
+        yield child
+
+
+def _pin(args: argparse.Namespace) -> tuple[int | None, str]:
+    """Pins this process (and so the targets) away from the proxy's core.
+
+    Returns the proxy's core (None: not pinned) and a description for the report.
+    """
+    cpus = sorted(os.sched_getaffinity(0))
+    if args.no_pin:
+        return None, "not pinned (--no-pin)"
+    if len(cpus) < 2 or shutil.which("taskset") is None:
+        return (
+            None,
+            f"not pinned ({len(cpus)} usable core(s), taskset {'found' if shutil.which('taskset') else 'missing'})",
+        )
+    proxy_cpu = cpus[-1] if args.proxy_cpu is None else args.proxy_cpu
+    if proxy_cpu not in cpus:
+        raise BenchError(f"--proxy-cpu {proxy_cpu}: not one of the usable cores {cpus}")
+    client = set(cpus) - {proxy_cpu}
+    os.sched_setaffinity(0, client)
+    return proxy_cpu, f"proxy on core {proxy_cpu}, client and targets on {sorted(client)}"
+
+
+def _raise_fd_limit(needed: int) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < needed:
+        new_soft = needed if hard == resource.RLIM_INFINITY else min(hard, needed)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (new_soft, hard))
+        if new_soft < needed:
+            raise BenchError(
+                f"open-file limit {hard} is below the {needed} this run needs;"
+                " raise it (ulimit -n) or lower --idle-tunnels"
+            )
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.load",
+        description="speed and memory benchmark of a CONNECT/HTTP proxy against direct loopback",
+    )
+    parser.add_argument(
+        "--proxy", metavar="URL", help="drive this running proxy (http://USER:TOKEN@HOST:PORT)"
+    )
+    parser.add_argument(
+        "--proxy-pid", type=int, metavar="PID", help="its pid, for CPU time and RSS"
+    )
+    parser.add_argument(
+        "--subject",
+        choices=("netwarden", "reference"),
+        default="netwarden",
+        help="the proxy to start when --proxy is not given (default netwarden)",
+    )
+    parser.add_argument("--no-reference", action="store_true", help="skip the naive baseline proxy")
+    parser.add_argument(
+        "--quick", action="store_true", help="short smoke run (small streams, 0.5 s phases)"
+    )
+    parser.add_argument(
+        "--idle-tunnels", type=int, metavar="N", help="idle tunnels for the RSS figure"
+    )
+    parser.add_argument(
+        "--connect-host",
+        default="localhost",
+        help="host named in CONNECT (default localhost: the proxy's resolver is measured too)",
+    )
+    parser.add_argument(
+        "--proxy-cpu", type=int, metavar="N", help="core for the proxy (default: the last)"
+    )
+    parser.add_argument("--no-pin", action="store_true", help="pin nothing")
+    parser.add_argument("--json-only", action="store_true", help="print only the JSON summary line")
+    return parser
+
+
+def _measure_subject(
+    name: str, child: Child, connect_host: str, ports: dict[str, int], config: Config
+) -> Results:
+    url = child.ready.get("proxy_url")
+    if not isinstance(url, str):
+        raise BenchError(f"{name}: ready line has no proxy_url string")
+    route = Route(name, ProxyURL.parse(url), pid=child.pid, target_host=connect_host)
+    try:
+        return measure_route(route, ports, config)
+    except (BenchError, OSError, ExceptionGroup) as exc:
+        tail = child.stderr_tail()
+        raise BenchError(
+            f"{name}: {_describe(exc)}" + (f"\n{name} stderr:\n{tail}" if tail else "")
+        ) from exc
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(sorted({_describe(inner) for inner in exc.exceptions}))
+    return f"{type(exc).__name__}: {exc}" if not isinstance(exc, BenchError) else str(exc)
+
+
+def run(args: argparse.Namespace) -> int:
+    config = Config.quick() if args.quick else Config.full()
+    if args.idle_tunnels is not None:
+        config = Config(**{**asdict(config), "idle_tunnels": args.idle_tunnels})
+    _raise_fd_limit(4 * config.idle_tunnels + 256)
+    proxy_cpu, pinning = _pin(args)
+    subjects: list[Results] = []
+    with (
+        spawn("targets", python_argv("bench.targets")) as targets,
+        tempfile.TemporaryDirectory(prefix="bench-") as tmp,
+    ):
+        ports = {key: int(str(targets.ready[key])) for key in ("echo", "sink", "http")}
+        direct = measure_route(Route("direct"), ports, config)
+        if args.proxy:
+            route = Route(
+                "proxy",
+                ProxyURL.parse(args.proxy),
+                pid=args.proxy_pid,
+                target_host=args.connect_host,
+            )
+            subjects.append(measure_route(route, ports, config))
+        elif args.subject == "netwarden":
+            with _netwarden(ports, args.connect_host, proxy_cpu, Path(tmp)) as child:
+                subjects.append(
+                    _measure_subject("netwarden", child, args.connect_host, ports, config)
+                )
+            events = Path(tmp) / "events.jsonl"
+            lines = events.read_text().count("\n") if events.exists() else 0
+            subjects[-1].notes.append(f"{lines} audit lines written")
+        if args.subject == "reference" or not args.no_reference:
+            argv = python_argv("bench.reference_proxy", "--listen", "127.0.0.1:0")
+            with spawn("reference", argv, cpu=proxy_cpu) as child:
+                subjects.append(
+                    _measure_subject("reference", child, args.connect_host, ports, config)
+                )
+    config_out: dict[str, object] = {**asdict(config), "quick": args.quick, "pinning": pinning}
+    config_out["connect_host"] = args.connect_host
+    if not args.json_only:
+        print(f"netwarden bench ({'quick' if args.quick else 'full'}; {pinning})")
+        print(render_table(direct, subjects))
+    print(summary(direct, subjects, config=config_out), flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.proxy_pid is not None and not args.proxy:
+        print("bench.load: --proxy-pid needs --proxy", file=sys.stderr)
+        return 2
+    try:
+        return run(args)
+    except BenchError as exc:
+        print(f"bench.load: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
