@@ -237,20 +237,28 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _measure_subject(
-    name: str, child: Child, connect_host: str, ports: dict[str, int], config: Config
+def _measure_guarded(
+    route: Route, ports: dict[str, int], config: Config, child: Child | None = None
 ) -> Results:
-    url = child.ready.get("proxy_url")
-    if not isinstance(url, str):
-        raise BenchError(f"{name}: ready line has no proxy_url string")
-    route = Route(name, ProxyURL.parse(url), pid=child.pid, target_host=connect_host)
+    """``measure_route`` with failures turned into one BenchError naming the route
+    (plus the tail of the proxy's stderr when we started it)."""
     try:
         return measure_route(route, ports, config)
     except (BenchError, OSError, ExceptionGroup) as exc:
-        tail = child.stderr_tail()
-        raise BenchError(
-            f"{name}: {_describe(exc)}" + (f"\n{name} stderr:\n{tail}" if tail else "")
-        ) from exc
+        tail = child.stderr_tail() if child else ""
+        where = f"\n{route.name} stderr:\n{tail}" if tail else ""
+        if isinstance(exc, ConnectionRefusedError) and route.proxy is not None:
+            where += (
+                f" (nothing listens at {route.proxy.host}:{route.proxy.port}: is the proxy up?)"
+            )
+        raise BenchError(f"{route.name}: {_describe(exc)}{where}") from exc
+
+
+def _child_route(name: str, child: Child, connect_host: str) -> Route:
+    url = child.ready.get("proxy_url")
+    if not isinstance(url, str):
+        raise BenchError(f"{name}: ready line has no proxy_url string")
+    return Route(name, ProxyURL.parse(url), pid=child.pid, target_host=connect_host)
 
 
 def _describe(exc: BaseException) -> str:
@@ -271,7 +279,7 @@ def run(args: argparse.Namespace) -> int:
         tempfile.TemporaryDirectory(prefix="bench-") as tmp,
     ):
         ports = {key: int(str(targets.ready[key])) for key in ("echo", "sink", "http")}
-        direct = measure_route(Route("direct"), ports, config)
+        direct = _measure_guarded(Route("direct"), ports, config)
         if args.proxy:
             route = Route(
                 "proxy",
@@ -279,21 +287,19 @@ def run(args: argparse.Namespace) -> int:
                 pid=args.proxy_pid,
                 target_host=args.connect_host,
             )
-            subjects.append(measure_route(route, ports, config))
+            subjects.append(_measure_guarded(route, ports, config))
         elif args.subject == "netwarden":
             with _netwarden(ports, args.connect_host, proxy_cpu, Path(tmp)) as child:
-                subjects.append(
-                    _measure_subject("netwarden", child, args.connect_host, ports, config)
-                )
+                route = _child_route("netwarden", child, args.connect_host)
+                subjects.append(_measure_guarded(route, ports, config, child))
             events = Path(tmp) / "events.jsonl"
             lines = events.read_text().count("\n") if events.exists() else 0
             subjects[-1].notes.append(f"{lines} audit lines written")
         if args.subject == "reference" or not args.no_reference:
             argv = python_argv("bench.reference_proxy", "--listen", "127.0.0.1:0")
             with spawn("reference", argv, cpu=proxy_cpu) as child:
-                subjects.append(
-                    _measure_subject("reference", child, args.connect_host, ports, config)
-                )
+                route = _child_route("reference", child, args.connect_host)
+                subjects.append(_measure_guarded(route, ports, config, child))
     config_out: dict[str, object] = {**asdict(config), "quick": args.quick, "pinning": pinning}
     config_out["connect_host"] = args.connect_host
     if not args.json_only:
