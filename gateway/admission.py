@@ -1,0 +1,113 @@
+"""Admission: may this client reach ``host:port``, and at which checked addresses?
+
+The order is the DNS-rebinding defence of DESIGN.md "Address guard":
+
+1. decide on the NAME (``policy.decide``); a denied name is never resolved;
+2. an IP-literal destination needs no lookup; a name is resolved once;
+3. ``policy.check_addresses`` on EVERY resolved address (non-public refused unless an
+   IP/CIDR rule allows it);
+4. loop defence: an address that is one of the proxy's own listening endpoints (or a
+   wildcard listen reached over loopback) is refused with ``Code.PROXY_LOOP``;
+5. the caller dials only ``Admission.addresses``, never the name again.
+
+Any exception on the way is a deny with ``Code.DECISION_ERROR``: never an allow.
+A resolver failure is not a policy decision: it raises ``ResolveFailed`` (502).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from gateway.resolver import ResolveFailed, Resolver
+from policy import Code, Decision, Policy, deny
+
+__all__ = ["Admission", "ListenAddr", "admit", "is_own_endpoint"]
+
+ListenAddr = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    decision: Decision
+    addresses: tuple[str, ...] = ()
+
+    @property
+    def allowed(self) -> bool:
+        return self.decision.allowed and bool(self.addresses)
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def is_own_endpoint(address: str, port: int, own: Collection[ListenAddr]) -> bool:
+    """Whether ``address:port`` reaches one of our listeners (``own``)."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    for own_host, own_port in own:
+        if own_port != port:
+            continue
+        own_ip = ipaddress.ip_address(own_host)
+        if ip == own_ip:
+            return True
+        if own_ip.is_unspecified and (ip.is_loopback or ip.is_unspecified):
+            return True
+        if own_ip.is_loopback and (ip.is_loopback or ip.is_unspecified):
+            return True
+    return False
+
+
+async def admit(
+    policy: Policy,
+    host: str,
+    port: int,
+    *,
+    resolver: Resolver,
+    own: Collection[ListenAddr] = (),
+) -> Admission:
+    try:
+        decision = policy.decide(host, port)
+        if not decision.allowed:
+            return Admission(decision)
+        canonical = decision.host
+        if _is_ip(canonical):
+            addresses = [canonical]
+        else:
+            addresses = await resolver.resolve(canonical, port)
+        checked = policy.check_addresses(canonical, port, addresses)
+        if not checked.allowed:
+            return Admission(checked)
+        for address in addresses:
+            if is_own_endpoint(address, port, own):
+                return Admission(
+                    deny(
+                        Code.PROXY_LOOP,
+                        canonical,
+                        port,
+                        f"{canonical}:{port} is this proxy itself; refused to avoid a loop",
+                        policy_name=policy.name,
+                    )
+                )
+        return Admission(decision, tuple(addresses))
+    except ResolveFailed:
+        raise
+    except Exception as exc:  # fail closed: an error in deciding is a deny
+        return Admission(
+            deny(
+                Code.DECISION_ERROR,
+                host[:253],
+                port,
+                f"internal error while deciding ({type(exc).__name__}); refused",
+                policy_name=getattr(policy, "name", "policy"),
+            )
+        )

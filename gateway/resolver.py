@@ -1,0 +1,74 @@
+"""The resolver seam: how a destination name becomes the addresses the guard checks.
+
+``Resolver`` is a Protocol so tests inject any name -> address mapping (DNS-rebinding
+cases) and production uses the system resolver through ``loop.getaddrinfo``. A resolver
+returns IP address texts only (no zone ids, no duplicates, resolver order kept); the
+gateway checks every one and dials only those, never the name again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Iterable, Mapping
+from typing import Protocol
+
+from policy.errors import GatewayError
+
+__all__ = ["ResolveFailed", "Resolver", "StaticResolver", "SystemResolver"]
+
+
+class ResolveFailed(GatewayError):
+    """A name did not resolve to any address."""
+
+    def __init__(self, host: str, why: str) -> None:
+        self.host = host
+        self.why = why
+        super().__init__(f"cannot resolve {host!r}: {why}")
+
+
+class Resolver(Protocol):
+    async def resolve(self, host: str, port: int) -> list[str]:
+        """Addresses of ``host`` (a canonical name, never an IP literal); raises ResolveFailed."""
+        ...
+
+
+def _unique(addresses: Iterable[str]) -> list[str]:
+    seen: dict[str, None] = {}
+    for address in addresses:
+        seen.setdefault(address.split("%", 1)[0], None)
+    return list(seen)
+
+
+class SystemResolver:
+    """``loop.getaddrinfo`` (the OS resolver: /etc/hosts, nsswitch, DNS)."""
+
+    __slots__ = ()
+
+    async def resolve(self, host: str, port: int) -> list[str]:
+        loop = asyncio.get_running_loop()
+        try:
+            infos = await loop.getaddrinfo(
+                host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
+            )
+        except (socket.gaierror, UnicodeError) as exc:
+            raise ResolveFailed(host, str(exc) or type(exc).__name__) from exc
+        addresses = _unique(str(info[4][0]) for info in infos)
+        if not addresses:
+            raise ResolveFailed(host, "no addresses")
+        return addresses
+
+
+class StaticResolver:
+    """A fixed name -> addresses map (tests, and pinning names in experiments)."""
+
+    __slots__ = ("_table",)
+
+    def __init__(self, table: Mapping[str, Iterable[str]]) -> None:
+        self._table = {name.lower().rstrip("."): list(addrs) for name, addrs in table.items()}
+
+    async def resolve(self, host: str, port: int) -> list[str]:
+        addresses = self._table.get(host.lower().rstrip("."))
+        if not addresses:
+            raise ResolveFailed(host, "not in the static table")
+        return _unique(addresses)

@@ -1,0 +1,485 @@
+"""The proxy server: accepts clients, reads one request head at a time, and carries out
+what admission decided. Parsing (``parser``), deciding (``admission`` + ``policy``),
+relaying (``relay``/``tunnel``) and HTTP forwarding (``forward``) live elsewhere; this
+module only wires them to sockets.
+
+Per client connection::
+
+    read head (header timeout, size limit)      -> 400/405/408/414/431/505 and close
+    loop defence: the client is our own outbound socket -> 403 proxy_loop
+    Proxy-Authorization carries the run token?  -> else 407 and close
+    CONNECT  -> admit -> ConnectHandler (tunnel: dial, 200, splice; callbacks from then on)
+    http://  -> admit -> forward, keep-alive: the next request is decided again
+
+Every refusal is a 403 with ``X-Netwarden-Reason`` (400 for an invalid host) and a
+``network_blocked`` event (unless the host is on the policy's silent list). Any
+unexpected error in handling a connection is logged with its traceback and the
+connection is closed: nothing is let through by an error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any, Self
+
+from gateway.admission import Admission, ListenAddr, admit
+from gateway.audit import (
+    AuditLog,
+    NetworkBlocked,
+    NetworkError,
+    PolicyReloaded,
+    ProxyStarted,
+    ProxyStopped,
+)
+from gateway.auth import PROXY_USER, is_authorized
+from gateway.parser import (
+    MAX_HEAD_BYTES,
+    RequestHead,
+    RequestRejected,
+    find_head_end,
+    parse_request_head,
+)
+from gateway.relay import Endpoint
+from gateway.replies import reply
+from gateway.resolver import ResolveFailed, Resolver, SystemResolver
+from gateway.tunnel import ConnectContext, ConnectHandler, Tunnel, TunnelHandler
+from policy import Code, Decision, Policy, PolicyError, deny, load_policy
+
+__all__ = ["ProxyConfig", "ProxyServer"]
+
+log = logging.getLogger("netwarden.proxy")
+
+
+@dataclass(kw_only=True)
+class ProxyConfig:
+    policy: Policy
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 0
+    run_id: str = "run"
+    token: str | None = field(default=None, repr=False)  # None: no proxy auth (--no-auth)
+    audit: AuditLog | None = None  # None: events discarded
+    resolver: Resolver | None = None  # None: the system resolver
+    connect_handler: ConnectHandler | None = None  # None: plain tunnel
+    max_connections: int = 4096
+    connect_timeout: float = 10.0
+    idle_timeout: float = 300.0
+    header_timeout: float = 10.0
+    max_header_bytes: int = MAX_HEAD_BYTES
+    drain_timeout: float = 5.0
+
+
+class _Client(Endpoint):
+    __slots__ = ("server",)
+
+    def __init__(self, server: ProxyServer) -> None:
+        super().__init__(on_lost=server.client_gone)
+        self.server = server
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self.server._accepted(self)
+
+
+class UpstreamFailed(Exception):
+    """Dialing failed; ``code`` is dns|refused|timeout|reset|error."""
+
+    def __init__(self, code: str, detail: str) -> None:
+        self.code = code
+        self.detail = detail
+        super().__init__(detail)
+
+
+class ProxyServer:
+    def __init__(self, config: ProxyConfig) -> None:
+        self.config = config
+        self.policy = config.policy
+        self.audit = config.audit if config.audit is not None else AuditLog(None, config.run_id)
+        if config.token:
+            self.audit.add_secret(config.token)
+        self.resolver: Resolver = config.resolver or SystemResolver()
+        self.connect_handler: ConnectHandler = config.connect_handler or TunnelHandler()
+        self._server: asyncio.Server | None = None
+        self._own: list[ListenAddr] = []
+        self._outbound: set[tuple[str, int]] = set()
+        self._clients: set[Endpoint] = set()
+        self._tunnels: set[Tunnel] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._sweeper: asyncio.TimerHandle | None = None
+        self._started = 0.0
+        self.connections_served = 0
+
+    def __repr__(self) -> str:
+        return f"ProxyServer(listen={self._listen_text()!r}, policy={self.policy.name!r})"
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        host = self.config.listen_host.strip("[]")
+        self._server = await loop.create_server(
+            lambda: _Client(self), host, self.config.listen_port, backlog=4096, reuse_address=True
+        )
+        for sock in self._server.sockets:
+            name = sock.getsockname()
+            self._own.append((str(name[0]), int(name[1])))
+        self._started = loop.time()
+        self._schedule_sweep()
+        self.audit.emit(
+            ProxyStarted(
+                listen=self._listen_text(),
+                policy=self.policy.name,
+                mode=self.policy.mode.value,
+                auth=self.config.token is not None,
+            )
+        )
+
+    async def stop(self) -> None:
+        """Stop accepting, let work in flight finish for ``drain_timeout``, then abort."""
+        if self._server is None:
+            return
+        server, self._server = self._server, None
+        server.close()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.drain_timeout
+        while (self._tasks or self._tunnels) and loop.time() < deadline:
+            waiters: list[asyncio.Future[Any]] = list(self._tasks)
+            if not waiters:
+                # tunnels end by callbacks; poll their set on a short timer
+                await asyncio.sleep(0.05)
+                continue
+            await asyncio.wait(waiters, timeout=deadline - loop.time())
+        for task in list(self._tasks):
+            task.cancel()
+        for tunnel in list(self._tunnels):
+            tunnel.client.abort()
+            tunnel.upstream.abort()
+        for client in list(self._clients):
+            client.abort()
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=1.0)
+        await server.wait_closed()
+        self.audit.emit(
+            ProxyStopped(
+                listen=self._listen_text(),
+                connections_served=self.connections_served,
+                uptime_ms=int((loop.time() - self._started) * 1000),
+            )
+        )
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    @property
+    def port(self) -> int:
+        if not self._own:
+            raise RuntimeError("the proxy is not started; await start() first")
+        return self._own[0][1]
+
+    @property
+    def own_endpoints(self) -> list[ListenAddr]:
+        return list(self._own)
+
+    def add_own_endpoint(self, host: str, port: int) -> None:
+        """Register another of our listeners (per-run apps) the proxy must never dial."""
+        self._own.append((host, port))
+
+    def proxy_url(self, host: str | None = None) -> str:
+        host = host or self.config.listen_host
+        if ":" in host and not host.startswith("["):
+            host = f"[{host}]"
+        creds = f"{PROXY_USER}:{self.config.token}@" if self.config.token else ""
+        return f"http://{creds}{host}:{self.port}"
+
+    def _listen_text(self) -> str:
+        if not self._own:
+            return f"{self.config.listen_host}:{self.config.listen_port}"
+        host, port = self._own[0]
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+    def reload(self, policy: Policy, *, path: str | None = None) -> None:
+        """Swap the policy; requests decided from now on use it."""
+        self.policy = policy
+        self.audit.emit(PolicyReloaded(ok=True, path=path, policy=policy.name))
+
+    def reload_from(self, path: str) -> bool:
+        """Load ``path`` and swap it in; on error keep the old policy and say why."""
+        try:
+            policy = load_policy(path)
+        except PolicyError as exc:
+            self.audit.emit(PolicyReloaded(ok=False, path=path, error=str(exc)))
+            log.error("policy reload failed, keeping %s: %s", self.policy.name, exc)
+            return False
+        except OSError as exc:
+            self.audit.emit(PolicyReloaded(ok=False, path=path, error=f"cannot read: {exc}"))
+            log.error("policy reload failed, keeping %s: %s", self.policy.name, exc)
+            return False
+        self.reload(policy, path=path)
+        return True
+
+    # -- connection accounting -------------------------------------------------------
+
+    def _accepted(self, client: _Client) -> None:
+        if self._server is None or len(self._clients) >= self.config.max_connections:
+            client.write(reply(503, "proxy is at its connection limit; retry later"))
+            client.close()
+            client.on_lost = None
+            return
+        self._clients.add(client)
+        self.connections_served += 1
+        self.spawn(self._serve(client))
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def client_gone(self, client: Endpoint) -> None:
+        self._clients.discard(client)
+
+    def upstream_gone(self, upstream: Endpoint) -> None:
+        if upstream.local is not None:
+            self._outbound.discard(upstream.local)
+
+    def tunnel_done(self, tunnel: Tunnel) -> None:
+        self._tunnels.discard(tunnel)
+        self._emit(tunnel.event())
+
+    def _emit(self, event: Any) -> None:
+        try:
+            self.audit.emit(event)
+        except OSError:
+            log.exception("cannot write the audit log")
+
+    def _schedule_sweep(self) -> None:
+        interval = max(0.05, min(self.config.idle_timeout / 4, 30.0))
+        self._sweeper = asyncio.get_running_loop().call_later(interval, self._sweep)
+
+    def _sweep(self) -> None:
+        """Close tunnels idle for longer than ``idle_timeout`` (one timer for all)."""
+        now = asyncio.get_running_loop().time()
+        limit = self.config.idle_timeout
+        for tunnel in list(self._tunnels):
+            if now - tunnel.client.last_active > limit:
+                tunnel.client.abort()
+                tunnel.upstream.abort()
+        if self._server is not None:
+            self._schedule_sweep()
+
+    # -- serving one client ----------------------------------------------------------------
+
+    async def _serve(self, client: Endpoint) -> None:
+        from gateway.forward import Outcome, Session, forward
+
+        session = Session()
+        handed_off = False
+        try:
+            first = True
+            while True:
+                head = await self._read_head(client, first=first)
+                first = False
+                if head is None:
+                    return
+                if not self._screen(client, head):
+                    return
+                if head.is_connect:
+                    handed_off = await self._connect(client, head)
+                    return
+                outcome = await forward(self, session, client, head)
+                if outcome is Outcome.HANDED_OFF:
+                    handed_off = True
+                    return
+                if outcome is Outcome.CLOSE:
+                    return
+        except RequestRejected as exc:
+            client.write(reply(exc.status, exc.detail))
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("error while serving a client; connection closed")
+            client.write(reply(500, "internal proxy error; the request was not forwarded"))
+        finally:
+            session.close()
+            if not handed_off:
+                client.close()
+
+    async def _read_head(self, client: Endpoint, *, first: bool) -> RequestHead | None:
+        limit = self.config.max_header_bytes
+        if not client.buffer and not client.eof:
+            # Between keep-alive requests a quiet client may idle; once bytes come, the
+            # whole head must arrive within the header timeout (slowloris).
+            wait = self.config.header_timeout if first else self.config.idle_timeout
+            try:
+                async with asyncio.timeout(wait):
+                    await client.wait_data()
+            except TimeoutError:
+                if first:
+                    raise RequestRejected(408, "request head not received in time") from None
+                return None
+        try:
+            async with asyncio.timeout(self.config.header_timeout):
+                while True:
+                    end = find_head_end(client.buffer, max_size=limit)
+                    if end is not None:
+                        return parse_request_head(client.take(end))
+                    if client.eof:
+                        if client.buffer:
+                            raise RequestRejected(400, "connection closed in the middle of a head")
+                        return None
+                    await client.wait_data()
+        except TimeoutError:
+            raise RequestRejected(408, "request head not received in time") from None
+
+    def _screen(self, client: Endpoint, head: RequestHead) -> bool:
+        """Loop defence on the client side, then proxy auth. False: answered and done."""
+        peer = client.transport.get_extra_info("peername") if client.transport else None
+        if peer is not None and (str(peer[0]), int(peer[1])) in self._outbound:
+            self.refuse(
+                client,
+                deny(
+                    Code.PROXY_LOOP,
+                    head.host,
+                    head.port,
+                    "the request came back from this proxy; refused to avoid a loop",
+                    policy_name=self.policy.name,
+                ),
+                head.method,
+            )
+            return False
+        token = self.config.token
+        if token is not None and not is_authorized(head.get("proxy-authorization"), token):
+            client.write(
+                reply(
+                    407,
+                    "proxy authentication required: use the proxy_url netwarden printed",
+                    headers=(("Proxy-Authenticate", 'Basic realm="netwarden"'),),
+                )
+            )
+            return False
+        return True
+
+    def refuse(self, client: Endpoint, decision: Decision, method: str) -> None:
+        if not self.policy.is_silent(decision.host):
+            self._emit(NetworkBlocked.from_decision(decision, method=method))
+        status = 400 if decision.code is Code.INVALID_HOST else 403
+        client.write(reply(status, decision.message, code=decision.code.value))
+
+    async def admit(self, client: Endpoint, head: RequestHead) -> Admission | None:
+        """Admission for ``head``'s destination, or None after answering the refusal."""
+        try:
+            async with asyncio.timeout(self.config.connect_timeout):
+                admission = await admit(
+                    self.policy, head.host, head.port, resolver=self.resolver, own=self._own
+                )
+        except ResolveFailed as exc:
+            self._emit(
+                NetworkError(
+                    host=exc.host, port=head.port, error=exc.why, code="dns", method=head.method
+                )
+            )
+            client.write(reply(502, f"cannot resolve {exc.host}", code="dns"))
+            return None
+        except TimeoutError:
+            self._emit(
+                NetworkError(
+                    host=head.host,
+                    port=head.port,
+                    error="name lookup timed out",
+                    code="timeout",
+                    method=head.method,
+                )
+            )
+            client.write(reply(504, f"name lookup for {head.host} timed out", code="timeout"))
+            return None
+        if not admission.allowed:
+            self.refuse(client, admission.decision, head.method)
+            return None
+        return admission
+
+    async def _connect(self, client: Endpoint, head: RequestHead) -> bool:
+        admission = await self.admit(client, head)
+        if admission is None:
+            return False
+        await self.connect_handler.handle(ConnectContext(self, client, head, admission))
+        return client.peer is not None
+
+    async def dial(
+        self, client: Endpoint, host: str, port: int, admission: Admission, method: str
+    ) -> tuple[Endpoint, str] | None:
+        """Connect to the first reachable checked address; on failure answer 502/504."""
+        try:
+            return await self._dial(admission.addresses, port)
+        except UpstreamFailed as exc:
+            self._emit(
+                NetworkError(host=host, port=port, error=exc.detail, code=exc.code, method=method)
+            )
+            status = 504 if exc.code == "timeout" else 502
+            client.write(reply(status, f"cannot reach {host}:{port}: {exc.detail}", code=exc.code))
+            return None
+
+    async def _dial(self, addresses: tuple[str, ...], port: int) -> tuple[Endpoint, str]:
+        loop = asyncio.get_running_loop()
+        last: UpstreamFailed = UpstreamFailed("error", "no address to dial")
+        try:
+            async with asyncio.timeout(self.config.connect_timeout):
+                for address in addresses:
+                    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+                    sock = socket.socket(family, socket.SOCK_STREAM)
+                    sock.setblocking(False)
+                    try:
+                        await loop.sock_connect(sock, (address, port))
+                    except ConnectionRefusedError:
+                        sock.close()
+                        last = UpstreamFailed("refused", f"connection refused by {address}")
+                        continue
+                    except OSError as exc:
+                        sock.close()
+                        last = UpstreamFailed("error", f"{address}: {exc.strerror or exc}")
+                        continue
+                    except BaseException:
+                        sock.close()
+                        raise
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                    local = sock.getsockname()
+                    upstream = Endpoint(on_lost=self.upstream_gone)
+                    upstream.local = (str(local[0]), int(local[1]))
+                    self._outbound.add(upstream.local)
+                    await loop.create_connection(lambda up=upstream: up, sock=sock)  # type: ignore[misc]  # lambda default keeps the instance
+                    return upstream, address
+        except TimeoutError:
+            raise UpstreamFailed("timeout", "connect timed out") from None
+        raise last
+
+    def start_tunnel(
+        self,
+        client: Endpoint,
+        upstream: Endpoint,
+        host: str,
+        port: int,
+        address: str,
+        admission: Admission,
+        *,
+        method: str,
+    ) -> None:
+        tunnel = Tunnel(
+            self, client, upstream, host, port, address, admission.decision.rule, method
+        )
+        self._tunnels.add(tunnel)
+
+
+async def serve_until(server: ProxyServer, stop: asyncio.Event) -> None:
+    """Run ``server`` until ``stop`` is set, then drain."""
+    async with server:
+        await stop.wait()
+    with contextlib.suppress(Exception):
+        server.audit.close()
