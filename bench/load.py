@@ -36,7 +36,7 @@ import resource
 import shutil
 import sys
 import tempfile
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -49,6 +49,7 @@ from bench.measure import (
     stream_throughput,
     tunnel_rate,
 )
+from bench.profile import sampled
 from bench.proxyproc import BenchError, Child, ProxyURL, python_argv, spawn
 from bench.report import Results, render_table, summary
 
@@ -88,43 +89,62 @@ def _run[T](coroutine: Coroutine[Any, Any, T]) -> T:
     return result
 
 
-def measure_route(route: Route, ports: dict[str, int], config: Config) -> Results:
-    """Every measurement for one route; idle RSS first (needs a fresh proxy and its pid)."""
+Phase = Callable[[str], contextlib.AbstractContextManager[object]]
+
+
+def _no_profile(_name: str) -> contextlib.AbstractContextManager[object]:
+    return contextlib.nullcontext()
+
+
+def measure_route(
+    route: Route, ports: dict[str, int], config: Config, phase: Phase = _no_profile
+) -> Results:
+    """Every measurement for one route; idle RSS first (needs a fresh proxy and its pid).
+
+    Each phase runs inside ``phase(name)`` (``--profile`` samples the proxy there).
+    """
     results = Results(route.name)
     if route.proxy is not None:
         if route.pid is not None:
-            results.idle = _run(idle_tunnels(route, ports["echo"], count=config.idle_tunnels))
+            with phase("idle"):
+                results.idle = _run(idle_tunnels(route, ports["echo"], count=config.idle_tunnels))
         else:
             results.notes.append("no --proxy-pid: CPU and RSS not measured")
     sink = ports["sink"]
-    results.up1 = best_of(
-        config.stream_runs,
-        lambda: stream_throughput(route, sink, mode=b"U", streams=1, total=config.stream_bytes),
-    )
-    results.down1 = best_of(
-        config.stream_runs,
-        lambda: stream_throughput(route, sink, mode=b"D", streams=1, total=config.stream_bytes),
-    )
-    results.up16 = best_of(
-        config.parallel_runs,
-        lambda: stream_throughput(
-            route, sink, mode=b"U", streams=config.streams, total=config.parallel_bytes
-        ),
-    )
-    results.rate = _run(
-        tunnel_rate(
-            route, ports["echo"], concurrency=config.concurrency, seconds=config.rate_seconds
+    with phase("throughput"):
+        results.up1 = best_of(
+            config.stream_runs,
+            lambda: stream_throughput(route, sink, mode=b"U", streams=1, total=config.stream_bytes),
         )
-    )
+        results.down1 = best_of(
+            config.stream_runs,
+            lambda: stream_throughput(route, sink, mode=b"D", streams=1, total=config.stream_bytes),
+        )
+        results.up16 = best_of(
+            config.parallel_runs,
+            lambda: stream_throughput(
+                route, sink, mode=b"U", streams=config.streams, total=config.parallel_bytes
+            ),
+        )
+    with phase("tunnels"):
+        results.rate = _run(
+            tunnel_rate(
+                route, ports["echo"], concurrency=config.concurrency, seconds=config.rate_seconds
+            )
+        )
     if results.rate.errors:
         results.notes.append(
             f"{results.rate.errors} tunnel setups failed; first: {results.rate.first_error}"
         )
-    results.http = _run(
-        http_rate(
-            route, ports["http"], connections=config.http_connections, seconds=config.http_seconds
+    with phase("http"):
+        results.http = _run(
+            http_rate(
+                route,
+                ports["http"],
+                connections=config.http_connections,
+                seconds=config.http_seconds,
+            )
         )
-    )
     if results.http.reconnects:
         results.notes.append(f"keep-alive broken: {results.http.reconnects} reconnects")
     return results
@@ -233,17 +253,39 @@ def _parser() -> argparse.ArgumentParser:
         "--proxy-cpu", type=int, metavar="N", help="core for the proxy (default: the last)"
     )
     parser.add_argument("--no-pin", action="store_true", help="pin nothing")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        metavar="DIR",
+        help="sample the proxy with py-spy per phase into DIR (see python -m bench.profile)",
+    )
+    parser.add_argument("--py-spy", default="py-spy", metavar="PATH", help="py-spy executable")
     parser.add_argument("--json-only", action="store_true", help="print only the JSON summary line")
     return parser
 
 
 def _measure_guarded(
-    route: Route, ports: dict[str, int], config: Config, child: Child | None = None
+    route: Route,
+    ports: dict[str, int],
+    config: Config,
+    child: Child | None = None,
+    profile: tuple[str, Path] | None = None,
 ) -> Results:
     """``measure_route`` with failures turned into one BenchError naming the route
-    (plus the tail of the proxy's stderr when we started it)."""
+    (plus the tail of the proxy's stderr when we started it). ``profile`` is
+    (py-spy executable, output directory): each phase is sampled into its own file."""
+    phase: Phase = _no_profile
+    if profile is not None and route.pid is not None:
+        py_spy, directory = profile
+        pid = route.pid
+
+        def _sampled(name: str) -> contextlib.AbstractContextManager[object]:
+            return sampled(py_spy, pid, directory / f"{route.name}-{name}.txt")
+
+        phase = _sampled
+
     try:
-        return measure_route(route, ports, config)
+        return measure_route(route, ports, config, phase)
     except (BenchError, OSError, ExceptionGroup) as exc:
         tail = child.stderr_tail() if child else ""
         where = f"\n{route.name} stderr:\n{tail}" if tail else ""
@@ -273,6 +315,15 @@ def run(args: argparse.Namespace) -> int:
         config = Config(**{**asdict(config), "idle_tunnels": args.idle_tunnels})
     _raise_fd_limit(4 * config.idle_tunnels + 256)
     proxy_cpu, pinning = _pin(args)
+    profile = None
+    if args.profile is not None:
+        py_spy = shutil.which(args.py_spy)
+        if py_spy is None:
+            raise BenchError(
+                f"--profile needs py-spy: {args.py_spy!r} not found (pip install py-spy)"
+            )
+        args.profile.mkdir(parents=True, exist_ok=True)
+        profile = (py_spy, args.profile)
     subjects: list[Results] = []
     with (
         spawn("targets", python_argv("bench.targets")) as targets,
@@ -287,11 +338,11 @@ def run(args: argparse.Namespace) -> int:
                 pid=args.proxy_pid,
                 target_host=args.connect_host,
             )
-            subjects.append(_measure_guarded(route, ports, config))
+            subjects.append(_measure_guarded(route, ports, config, profile=profile))
         elif args.subject == "netwarden":
             with _netwarden(ports, args.connect_host, proxy_cpu, Path(tmp)) as child:
                 route = _child_route("netwarden", child, args.connect_host)
-                subjects.append(_measure_guarded(route, ports, config, child))
+                subjects.append(_measure_guarded(route, ports, config, child, profile))
             events = Path(tmp) / "events.jsonl"
             lines = events.read_text().count("\n") if events.exists() else 0
             subjects[-1].notes.append(f"{lines} audit lines written")
@@ -299,7 +350,7 @@ def run(args: argparse.Namespace) -> int:
             argv = python_argv("bench.reference_proxy", "--listen", "127.0.0.1:0")
             with spawn("reference", argv, cpu=proxy_cpu) as child:
                 route = _child_route("reference", child, args.connect_host)
-                subjects.append(_measure_guarded(route, ports, config, child))
+                subjects.append(_measure_guarded(route, ports, config, child, profile))
     config_out: dict[str, object] = {**asdict(config), "quick": args.quick, "pinning": pinning}
     config_out["connect_host"] = args.connect_host
     if not args.json_only:
