@@ -185,7 +185,9 @@ async def _run(
                 f"running on this host, NOT in a sandbox ({reason}); egress goes "
                 "through the proxy only for programs that honour HTTPS_PROXY",
             )
-            return await _run_on_host(request, audit, launcher if proxied else None)
+            return await _run_on_host(
+                request, audit, launcher if proxied else None, stdout=stdout, stderr=stderr
+            )
         return await _run_in_docker(
             request,
             audit,
@@ -258,7 +260,12 @@ async def _run_in_docker(
 
 
 async def _run_on_host(
-    request: RunRequest, audit: AuditLog, launcher: _ProxyLauncher | None
+    request: RunRequest,
+    audit: AuditLog,
+    launcher: _ProxyLauncher | None,
+    *,
+    stdout: BinaryIO,
+    stderr: BinaryIO,
 ) -> int:
     env = dict(os.environ)
     if launcher is not None:
@@ -267,12 +274,23 @@ async def _run_on_host(
     started = time.monotonic()
     outcome, code = "error", None
     try:
-        process = await asyncio.create_subprocess_exec(*request.argv, env=env)
+        process = await asyncio.create_subprocess_exec(
+            *request.argv,
+            env=env,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
     except OSError as exc:
         raise OperatorError(
             f"cannot start {request.argv[0]!r}: {exc.strerror}; check the command name and PATH"
         ) from exc
     try:
+        assert process.stdout is not None
+        assert process.stderr is not None
+        async with asyncio.TaskGroup() as pumps:
+            pumps.create_task(_pump(process.stdout, stdout))
+            pumps.create_task(_pump(process.stderr, stderr))
         code = await process.wait()
         outcome = "exited"
     except asyncio.CancelledError:
@@ -289,6 +307,12 @@ async def _run_on_host(
             )
         )
     return code if code >= 0 else 128 - code
+
+
+async def _pump(source: asyncio.StreamReader, sink: BinaryIO) -> None:
+    while chunk := await source.read(65536):
+        sink.write(chunk)
+        sink.flush()
 
 
 async def _stop_process(process: asyncio.subprocess.Process) -> None:
