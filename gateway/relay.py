@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Final
+from typing import Final, cast
 
 __all__ = ["BUFFER_LIMIT", "Endpoint", "splice"]
 
@@ -60,8 +60,8 @@ class Endpoint(asyncio.Protocol):
     # -- asyncio.Protocol callbacks ------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports implement asyncio.Transport without subclassing it.
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         self.bytes_in += len(data)
