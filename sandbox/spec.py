@@ -18,6 +18,7 @@ Every refusal is a ``SpecInvalid`` whose message names the field, the value and 
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from enum import StrEnum
@@ -218,28 +219,52 @@ def check_spec_safety(spec: SandboxSpec, *, home: Path | None = None) -> None:
         *((home_dir / c, f"credentials (~/{c})") for c in _HOME_CREDENTIALS),
     ]
     for index, mount in enumerate(spec.mounts):
-        raw = Path(mount.source).expanduser()
-        source = raw.resolve(strict=False)
         where = f"mounts[{index}].source {_show(mount.source)}"
-        shown = f" (resolves to {source})" if str(source) != mount.source else ""
-        if source == Path("/"):
-            raise SpecInvalid(f"{where}{shown} is the host's root; mount a project directory")
-        if source.name in _SOCKET_NAMES:
+        raw = Path(mount.source).expanduser()
+        # The lexical form first (so /proc/1/root is refused before anything reads it),
+        # then the resolved one (symlinks and ".."); a path that cannot be resolved is
+        # refused too: we would not know what it names.
+        _refuse_forbidden(where, Path(os.path.normpath(raw.absolute())), mount.source, forbidden)
+        try:
+            source = raw.resolve(strict=False)
+        except (OSError, RuntimeError) as exc:
             raise SpecInvalid(
-                f"{where}{shown} is a container engine socket, which is root on the host; "
-                "remove the mount"
-            )
-        for path, what in forbidden:
-            bad = path.resolve(strict=False)
-            if source == bad or _within(source, bad):
+                f"{where} cannot be resolved ({exc.__class__.__name__}); mount a plain "
+                "project directory"
+            ) from exc
+        _refuse_forbidden(where, source, mount.source, forbidden)
+
+
+def _refuse_forbidden(
+    where: str, source: Path, given: str, forbidden: list[tuple[Path, str]]
+) -> None:
+    shown = f" (resolves to {source})" if str(source) != given else ""
+    if source == Path("/"):
+        raise SpecInvalid(f"{where}{shown} is the host's root; mount a project directory")
+    if source.name in _SOCKET_NAMES:
+        raise SpecInvalid(
+            f"{where}{shown} is a container engine socket, which is root on the host; "
+            "remove the mount"
+        )
+    for path, what in forbidden:
+        bad = Path(os.path.normpath(path))
+        for candidate in {bad, _resolved(bad)}:
+            if source == candidate or _within(source, candidate):
                 raise SpecInvalid(
                     f"{where}{shown} exposes {what}; remove the mount or mount a project "
                     "directory instead"
                 )
-            if _within(bad, source):
+            if _within(candidate, source):
                 raise SpecInvalid(
                     f"{where}{shown} contains {what}; mount a narrower project directory"
                 )
+
+
+def _resolved(path: Path) -> Path:
+    try:
+        return path.resolve(strict=False)
+    except (OSError, RuntimeError):
+        return path
 
 
 def _within(path: PurePosixPath | Path, parent: PurePosixPath | Path) -> bool:
