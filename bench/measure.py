@@ -25,6 +25,7 @@ from bench.proxyproc import BenchError, ProxyURL, cpu_seconds, rss_bytes
 from bench.targets import HTTP_BODY, SINK_HEADER
 
 __all__ = [
+    "CpuUsed",
     "HttpRate",
     "IdleMemory",
     "Route",
@@ -205,12 +206,28 @@ async def _open_tunnel(loop: asyncio.AbstractEventLoop, route: Route, port: int)
 
 
 @dataclass(frozen=True)
+class CpuUsed:
+    """The proxy's CPU time over a phase: user and kernel (system) seconds."""
+
+    user: float
+    system: float
+
+    @classmethod
+    def between(cls, before: tuple[float, float], after: tuple[float, float]) -> CpuUsed:
+        return cls(after[0] - before[0], after[1] - before[1])
+
+    @property
+    def total(self) -> float:
+        return self.user + self.system
+
+
+@dataclass(frozen=True)
 class TunnelRate:
     tunnels: int
     errors: int
     seconds: float
     latencies: tuple[float, ...]
-    proxy_cpu: float | None
+    proxy_cpu: CpuUsed | None
     first_error: str | None
 
     @property
@@ -225,12 +242,18 @@ class TunnelRate:
     def cpu_per_tunnel(self) -> float | None:
         if self.proxy_cpu is None or not self.tunnels:
             return None
-        return self.proxy_cpu / self.tunnels
+        return self.proxy_cpu.total / self.tunnels
+
+    @property
+    def kernel_cpu_per_tunnel(self) -> float | None:
+        if self.proxy_cpu is None or not self.tunnels:
+            return None
+        return self.proxy_cpu.system / self.tunnels
 
 
-async def _settled_cpu(pid: int) -> float:
-    """The proxy's CPU time once it has stopped using CPU (tunnel teardown and audit
-    writes finish after the client closed). Polls every 100 ms, at most 3 s."""
+async def _settled_cpu(pid: int) -> tuple[float, float]:
+    """The proxy's (user, system) CPU time once it has stopped using CPU (teardown and
+    audit writes finish after the client closed). Polls every 100 ms, at most 3 s."""
     last = cpu_seconds(pid)
     for _ in range(30):
         await asyncio.sleep(0.1)
@@ -270,7 +293,7 @@ async def tunnel_rate(
     elapsed = time.perf_counter() - began
     cpu = None
     if route.pid and cpu_before is not None:
-        cpu = await _settled_cpu(route.pid) - cpu_before
+        cpu = CpuUsed.between(cpu_before, await _settled_cpu(route.pid))
     return TunnelRate(
         len(latencies), len(errors), elapsed, tuple(latencies), cpu, errors[0] if errors else None
     )
@@ -338,7 +361,7 @@ class HttpRate:
     requests: int
     reconnects: int
     seconds: float
-    proxy_cpu: float | None
+    proxy_cpu: CpuUsed | None
 
     @property
     def per_second(self) -> float:
@@ -348,7 +371,7 @@ class HttpRate:
     def cpu_per_request(self) -> float | None:
         if self.proxy_cpu is None or not self.requests:
             return None
-        return self.proxy_cpu / self.requests
+        return self.proxy_cpu.total / self.requests
 
 
 def _http_request(route: Route, port: int) -> bytes:
@@ -439,7 +462,7 @@ async def http_rate(route: Route, http_port: int, *, connections: int, seconds: 
     elapsed = time.perf_counter() - began
     cpu = None
     if route.pid and cpu_before is not None:
-        cpu = await _settled_cpu(route.pid) - cpu_before
+        cpu = CpuUsed.between(cpu_before, await _settled_cpu(route.pid))
     return HttpRate(sum(counts), sum(reconnects), elapsed, cpu)
 
 

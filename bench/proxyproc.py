@@ -184,12 +184,12 @@ def spawn(name: str, argv: Sequence[str], *, cpu: int | None = None) -> Iterator
         stderr_path.unlink(missing_ok=True)
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of ``pid`` so far (clock-tick resolution, 10 ms at 100 Hz)."""
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """(user, system) CPU time of ``pid`` so far (clock-tick resolution: 10 ms at 100 Hz)."""
     stat = Path(f"/proc/{pid}/stat").read_text()
     fields = stat[stat.rindex(")") + 2 :].split()
     # fields[0] is field 3 (state); utime and stime are fields 14 and 15.
-    return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+    return int(fields[11]) / _CLK_TCK, int(fields[12]) / _CLK_TCK
 
 
 def rss_bytes(pid: int) -> int:
