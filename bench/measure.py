@@ -92,10 +92,17 @@ class Throughput:
     streams: int
     bytes_moved: int
     seconds: float
+    proxy_cpu: CpuUsed | None = None
 
     @property
     def mb_per_s(self) -> float:
         return self.bytes_moved / self.seconds / 1e6
+
+    @property
+    def proxy_busy(self) -> float | None:
+        """Share of one core the proxy used while the bytes moved (near 1.0: the proxy
+        is the bottleneck; well below: the client, the targets or the kernel are)."""
+        return None if self.proxy_cpu is None else self.proxy_cpu.total / self.seconds
 
 
 def _open_blocking(route: Route, port: int) -> socket.socket:
@@ -155,6 +162,7 @@ def stream_throughput(
     per_stream = total // streams
     socks = [_open_blocking(route, sink_port) for _ in range(streams)]
     start = threading.Barrier(streams)
+    cpu_before = cpu_seconds(route.pid) if route.pid else None
     try:
         with ThreadPoolExecutor(max_workers=streams) as pool:
             futures = [pool.submit(_stream, sock, mode, per_stream, start) for sock in socks]
@@ -162,9 +170,12 @@ def stream_throughput(
     finally:
         for sock in socks:
             sock.close()
+    cpu = None
+    if route.pid and cpu_before is not None:
+        cpu = CpuUsed.between(cpu_before, cpu_seconds(route.pid))
     began = min(span[0] for span in spans)
     ended = max(span[1] for span in spans)
-    return Throughput(streams, per_stream * streams, ended - began)
+    return Throughput(streams, per_stream * streams, ended - began, cpu)
 
 
 # ---------------------------------------------------------------------------------------

@@ -37,6 +37,8 @@ class Results:
             "tunnel_upload_mb_s": self.up1.mb_per_s if self.up1 else None,
             "tunnel_download_mb_s": self.down1.mb_per_s if self.down1 else None,
             "tunnels16_upload_mb_s": self.up16.mb_per_s if self.up16 else None,
+            "upload_proxy_busy_pct": _scaled(self.up1.proxy_busy if self.up1 else None, 100),
+            "download_proxy_busy_pct": _scaled(self.down1.proxy_busy if self.down1 else None, 100),
             "new_tunnels_per_s": rate.per_second if rate else None,
             "setup_p50_ms": rate.percentile(0.50) * 1e3 if rate and rate.latencies else None,
             "setup_p99_ms": rate.percentile(0.99) * 1e3 if rate and rate.latencies else None,
@@ -74,7 +76,9 @@ TARGETS: Final[dict[str, _Target]] = {
 
 _ROWS: Final = (
     ("tunnel_upload_mb_s", "1 tunnel upload, MB/s", "{:.0f}"),
+    ("upload_proxy_busy_pct", "  proxy CPU busy, % of a core", "{:.0f}"),
     ("tunnel_download_mb_s", "1 tunnel download, MB/s", "{:.0f}"),
+    ("download_proxy_busy_pct", "  proxy CPU busy, % of a core", "{:.0f}"),
     ("tunnels16_upload_mb_s", "16 tunnels upload, MB/s total", "{:.0f}"),
     ("new_tunnels_per_s", "new tunnels/s (concurrency 32)", "{:.0f}"),
     ("setup_p50_ms", "  setup latency p50, ms", "{:.2f}"),
