@@ -8,6 +8,7 @@ what to do.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -81,6 +82,9 @@ class DockerRuntime:
     def __init__(self, client: docker.DockerClient) -> None:
         self._client = client
         self._api = client.api
+
+    def close(self) -> None:
+        self._client.close()
 
     def info(self) -> EngineInfo:
         with _engine("read the engine version"):
@@ -163,17 +167,19 @@ class DockerRuntime:
             created = self._api.exec_create(
                 container, argv, stdout=True, stderr=True, workdir=workdir, user=user or ""
             )
-            stream: Iterator[tuple[bytes | None, bytes | None]] = self._api.exec_start(
-                created["Id"], stream=True, demux=True
-            )
+            # a docker CancellableStream: close() releases the engine connection
+            stream = self._api.exec_start(created["Id"], stream=True, demux=True)
             try:
-                for out, err in stream:
+                frames: Iterator[tuple[bytes | None, bytes | None]] = stream
+                for out, err in frames:
                     if out:
                         on_stdout(out)
                     if err:
                         on_stderr(err)
             except (requests.exceptions.RequestException, OSError):
                 return -1
+            finally:
+                _close_stream(stream)
             code = self._api.exec_inspect(created["Id"]).get("ExitCode")
         return int(code) if code is not None else -1
 
@@ -213,6 +219,24 @@ class _engine:  # lowercase: reads as a context manager, like contextlib's
             return  # let callers that expect it handle it
         if isinstance(exc, docker.errors.DockerException | requests.exceptions.RequestException):
             raise DockerUnavailable(f"docker could not {self.doing}: {_short(exc)}") from exc
+
+
+def _close_stream(stream: Any) -> None:
+    """Release an exec stream's engine connection for good.
+
+    docker's ``CancellableStream.close`` does nothing once urllib3 saw the end of the
+    response, and the unix socket under it stays open (a ResourceWarning per exec, an
+    fd per exec in a long run): close the socket objects themselves too.
+    """
+    response = getattr(stream, "_response", None)
+    fp = getattr(getattr(getattr(response, "raw", None), "_fp", None), "fp", None)
+    socket_io = getattr(fp, "raw", None)
+    sock = getattr(socket_io, "_sock", None)
+    for thing in (stream, socket_io, sock, response):
+        close = getattr(thing, "close", None)
+        if close is not None:
+            with contextlib.suppress(Exception):
+                close()
 
 
 def _short(exc: BaseException) -> str:
