@@ -245,6 +245,12 @@ def _parser() -> argparse.ArgumentParser:
         "--idle-tunnels", type=int, metavar="N", help="idle tunnels for the RSS figure"
     )
     parser.add_argument(
+        "--rate-seconds",
+        type=float,
+        metavar="S",
+        help="length of the new-tunnel phase (longer runs wrap the ephemeral port range)",
+    )
+    parser.add_argument(
         "--connect-host",
         default="localhost",
         help="host named in CONNECT (default localhost: the proxy's resolver is measured too)",
@@ -313,6 +319,8 @@ def run(args: argparse.Namespace) -> int:
     config = Config.quick() if args.quick else Config.full()
     if args.idle_tunnels is not None:
         config = Config(**{**asdict(config), "idle_tunnels": args.idle_tunnels})
+    if args.rate_seconds is not None:
+        config = Config(**{**asdict(config), "rate_seconds": args.rate_seconds})
     _raise_fd_limit(4 * config.idle_tunnels + 256)
     proxy_cpu, pinning = _pin(args)
     profile = None

@@ -72,15 +72,29 @@ class Route:
         return (self.proxy.host, self.proxy.port)
 
 
+_POLICY_REASONS: Final = frozenset(
+    {"", "policy_denied", "non_public_address", "port_not_allowed", "ip_literal_refused"}
+)
+_REASON_HEADER: Final = re.compile(rb"\r\nx-netwarden-reason:[ \t]*([^\r]*)", re.IGNORECASE)
+
+
 def _check_established(route: Route, port: int, head: bytes) -> None:
     status = head.split(b"\r\n", 1)[0]
     parts = status.split(b" ", 2)
-    if len(parts) < 2 or parts[1] != b"200":
-        raise BenchError(
-            f"{route.name}: CONNECT {route.target_host}:{port} answered {status.decode(errors='replace')!r};"
-            f" the proxy's policy must allow the loopback targets ({_TARGET_HOST} and"
+    if len(parts) >= 2 and parts[1] == b"200":
+        return
+    match = _REASON_HEADER.search(head)
+    reason = match.group(1).decode(errors="replace").strip() if match else ""
+    message = f"{route.name}: CONNECT {route.target_host}:{port} answered"
+    message += f" {status.decode(errors='replace')!r}"
+    if reason:
+        message += f" (X-Netwarden-Reason: {reason})"
+    if reason in _POLICY_REASONS:
+        message += (
+            f"; the proxy's policy must allow the loopback targets ({_TARGET_HOST} and"
             f" {route.target_host} on the target ports)"
         )
+    raise BenchError(message)
 
 
 # ---------------------------------------------------------------------------------------

@@ -141,5 +141,6 @@ def test_a_refusing_proxy_is_a_clear_error_without_the_token(refusing_proxy: str
     done = _load("--proxy", refusing_proxy, "--no-reference", timeout=120)
     assert done.returncode == 2
     assert "403" in done.stderr
+    assert "X-Netwarden-Reason: policy_denied" in done.stderr
     assert "policy must allow the loopback targets" in done.stderr
     assert "secret-token" not in done.stderr + done.stdout
