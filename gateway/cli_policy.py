@@ -20,6 +20,7 @@ from policy import (
     Mode,
     Policy,
     PolicyError,
+    PolicyTest,
     deny,
     load_policy,
     policy_from_rules,
@@ -209,16 +210,10 @@ def cmd_test(args: argparse.Namespace) -> int:
         failed = 0
         for case in policy.tests:
             decision = decide_dest(policy, case.dest)
-            ok = decision.verdict is case.expect and (
-                case.code is None or decision.code is case.code
-            )
-            if not ok:
+            problem = _test_problem(policy, case, decision)
+            if problem:
                 failed += 1
-                want = case.expect.value + (f" ({case.code.value})" if case.code else "")
-                print(
-                    f"{case.where}: FAIL {case.dest}: expected {want}, got {decision.verdict.value} "
-                    f"({decision.code.value}: {decision.detail})"
-                )
+                print(f"{case.where}: FAIL {case.dest}: {problem}")
             elif args.verbose:
                 print(
                     f"{case.where}: ok {case.dest}: {decision.verdict.value} ({decision.code.value})"
@@ -227,3 +222,20 @@ def cmd_test(args: argparse.Namespace) -> int:
             status = EXIT_FAILED
         print(f"{policy.source}: {len(policy.tests) - failed} passed, {failed} failed")
     return status
+
+
+def _test_problem(policy: Policy, case: PolicyTest, decision: Decision) -> str | None:
+    """What is wrong with one ``tests:`` case, or None when it holds."""
+    if decision.verdict is not case.expect or (
+        case.code is not None and decision.code is not case.code
+    ):
+        want = case.expect.value + (f" ({case.code.value})" if case.code else "")
+        got = f"{decision.verdict.value} ({decision.code.value}: {decision.detail})"
+        return f"expected {want}, got {got}"
+    if case.silent is not None and policy.is_silent(decision.host) is not case.silent:
+        return (
+            "expected silent (no audit event)"
+            if case.silent
+            else "expected an audit event, but it is silent"
+        )
+    return None

@@ -106,10 +106,13 @@ def _classify(text: str) -> AddressInfo:
         if addr.ipv4_mapped is not None:
             addr = addr.ipv4_mapped
         else:
-            for via, embedded in _embedded_ipv4(addr):
+            embedded_all = _embedded_ipv4(addr)
+            for via, embedded in embedded_all:
                 inner = _class_of(embedded)
                 if inner is not AddressClass.PUBLIC:
                     return AddressInfo(str(addr), inner, via)
+            if addr in _NAT64:
+                return AddressInfo(str(addr), AddressClass.PUBLIC)  # translates to a public IPv4
     return AddressInfo(str(addr), _class_of(addr))
 
 

@@ -40,6 +40,7 @@ class PolicyTest:
     dest: str
     expect: Verdict
     code: Code | None = None
+    silent: bool | None = None
     where: str = ""
 
 
@@ -155,16 +156,16 @@ class Policy:
             )
         named = self._matcher.last_match(host, False, port, _any_port)
         if named is not None and not self.rules[named].negated:
-            ports = ", ".join(str(p) for p in sorted(self.default_ports))
-            return self._decision(
-                Verdict.DENY,
-                Code.PORT_NOT_ALLOWED,
-                host,
-                port,
-                f"port {port} is not allowed for {host} (rule {self.rules[named].text!r} covers only ports {ports}; "
-                f'a rule such as "{host}:{port}" would allow it)',
-                named,
+            # The host is on the list, not on this port: say which ports it has.
+            rule = self.rules[named]
+            covered = (
+                str(rule.ports) if rule.ports else ", ".join(map(str, sorted(self.default_ports)))
             )
+            detail = (
+                f"port {port} is not allowed for {host} (rule {rule.text!r} covers only ports "
+                f'{covered}; a rule such as "{host}:{port}" would allow it)'
+            )
+            return self._decision(Verdict.DENY, Code.PORT_NOT_ALLOWED, host, port, detail, named)
         return self._decision(
             Verdict.DENY, Code.POLICY_DENIED, host, port, f"{host} is not on the allowlist", None
         )

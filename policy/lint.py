@@ -2,7 +2,8 @@
 
 Warnings, not errors (a policy with warnings still loads):
 - a rule that can never decide: a later port-less ``**``/``!**`` matches everything
-  after it, or a later rule with the same pattern and ports decides first;
+  after it, or a later rule in the same file with the same pattern and ports decides
+  first (a later file repeating a preset's pattern is how presets are narrowed);
 - an over-broad allow: a wildcard over a single label or a public suffix (``**.com``,
   ``*.co.uk``) or a CIDR allowing a /0-/7 IPv4 or /0-/15 IPv6 range;
 - an allowlist that allows nothing, rules in open mode (ignored), silent entries the
@@ -83,7 +84,9 @@ def _never_decides(rules: tuple[Rule, ...]) -> list[Finding]:
                     "matches every destination; move it first or remove it",
                 )
             )
-        elif key in seen:
+        elif key in seen and _file(seen[key]) == _file(rule):
+            # Across files it is the documented way to narrow a preset ("!api.x.ai"
+            # after agent-default), so only a repeat within one file is reported.
             later = seen[key]
             found.append(
                 Finding(
@@ -98,6 +101,10 @@ def _never_decides(rules: tuple[Rule, ...]) -> list[Finding]:
             last_any = rule
     found.reverse()
     return found
+
+
+def _file(rule: Rule) -> str:
+    return rule.where.rsplit(":", 1)[0]
 
 
 def _over_broad(rule: Rule) -> str | None:

@@ -26,6 +26,7 @@ class TestCase(_Strict):
     expect: Verdict
     port: int | None = Field(default=None, ge=1, le=65535)
     code: Code | None = None
+    silent: bool | None = None  # also check whether a refusal is left out of the audit log
 
     @field_validator("expect", "code", mode="before")
     @classmethod

@@ -105,11 +105,11 @@ def _parse(original: str, where: str) -> Rule:
     text = original.strip()
     if not text:
         raise _fail(original, "empty rule", "remove it")
-    for ch in text:
-        if ord(ch) < 0x20 or ord(ch) == 0x7F or ch.isspace():
-            raise _fail(original, "contains whitespace or a control character", "remove it")
     negated = text.startswith("!")
     body = text[1:].strip() if negated else text
+    for ch in body:
+        if ord(ch) < 0x20 or ord(ch) == 0x7F or ch.isspace():
+            raise _fail(original, "contains whitespace or a control character", "remove it")
     if not body:
         raise _fail(original, "a bare '!' negates nothing", 'write "!host", e.g. "!evil.example"')
     if body.startswith("!"):
@@ -117,7 +117,7 @@ def _parse(original: str, where: str) -> Rule:
     target, ports = _split_port(original, body)
     kind, value, network = _parse_target(original, target)
     return Rule(
-        text=text,
+        text=("!" if negated else "") + body,
         kind=kind,
         value=value,
         negated=negated,
@@ -197,7 +197,12 @@ def _parse_wildcard(rule: str, target: str) -> tuple[Kind, str, None]:
         )
     else:
         tail = target.rsplit("*", 1)[1].lstrip(".")
-        hint = f'write "*.{tail}" or "**.{tail}"' if tail else 'write "*.example.com"'
+        if tail.startswith("-"):  # "*-aiplatform.x.com": "*.-aiplatform.x.com" is no host
+            hint = f'list the hosts you mean instead, e.g. "us-east1{tail}"'
+        elif tail:
+            hint = f'write "*.{tail}" or "**.{tail}"'
+        else:
+            hint = 'write "*.example.com"'
         raise _fail(rule, "a wildcard must be a whole leading label", hint)
     if "*" in suffix:
         tail = suffix.rsplit("*", 1)[1].lstrip(".")

@@ -199,7 +199,13 @@ def _load_file(file: Path, stack: tuple[Path, ...], included: set[Path]) -> _Loa
             continue
         dest = case.host if port is not None or case.port is None else f"{case.host}:{case.port}"
         tests.append(
-            PolicyTest(dest=dest, expect=Verdict(case.expect), code=case.code, where=where)
+            PolicyTest(
+                dest=dest,
+                expect=Verdict(case.expect),
+                code=case.code,
+                silent=case.silent,
+                where=where,
+            )
         )
     if errors:
         raise PresetInvalid("\n".join(errors))
@@ -255,6 +261,7 @@ def _parse_yaml(text: str, shown: str) -> tuple[object, _Lines]:
         raise PresetInvalid(
             "the top level must be a mapping (mode:, presets:, rules:, ...)", path=shown, line=1
         )
+    _refuse_duplicate_keys(node, shown)
     lines: _Lines = {}
     for key_node, value_node in node.value:
         key = str(key_node.value)
@@ -263,6 +270,37 @@ def _parse_yaml(text: str, shown: str) -> tuple[object, _Lines]:
             for i, item in enumerate(value_node.value):
                 lines[(key, i)] = item.start_mark.line + 1
     return data, lines
+
+
+def _refuse_duplicate_keys(node: yaml.Node, shown: str) -> None:
+    """YAML lets a later ``rules:`` silently replace an earlier one; for a security
+    policy that would drop rules unseen, so a repeated key is an error."""
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[str, int] = {}
+        for key_node, value_node in node.value:
+            key = str(key_node.value)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise PresetInvalid(
+                    f"key {key!r} appears twice (first on line {seen[key]}); merge them into one",
+                    path=shown,
+                    line=line,
+                )
+            seen[key] = line
+            _refuse_duplicate_keys(value_node, shown)
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            _refuse_duplicate_keys(item, shown)
+
+
+_HINTS = {
+    "rules": 'write each rule as a string, e.g. "api.example.com"',
+    "silent": 'write each entry as a host pattern string, e.g. "**.ingest.sentry.io"',
+    "presets": "list preset names or .yaml paths, e.g. [agent-default]",
+    "mode": "write allowlist, denylist or open",
+    "default_ports": "list ports, e.g. [80, 443]",
+    "tests": "write each test as {host: api.example.com, expect: allow}",
+}
 
 
 def _where(shown: str, lines: _Lines, loc: tuple[str, int] | tuple[str]) -> str:
@@ -281,7 +319,8 @@ def _validation_lines(exc: ValidationError, shown: str, lines: _Lines) -> list[s
         if err["type"] == "extra_forbidden":
             message = f"unknown key {dotted!r}; expected one of: {known}"
         else:
-            message = f"{dotted}: {err['msg']}"
+            hint = _HINTS.get(str(loc[0]))
+            message = f"{dotted}: {err['msg']}" + (f"; {hint}" if hint else "")
         out.append(f"{where}: {message}")
     return out
 
