@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from policy import load_policy
+from policy import load_policy, policy_from_rules
 from policy.errors import GatewayError
 from policy.lint import lint_policy
 
@@ -124,20 +124,26 @@ def run_checks(
         checks.append(
             Check("spec", Status.FAIL, str(exc), "fix the sandbox spec as the message says")
         )
-    if policy_path is not None:
-        try:
-            findings = lint_policy(load_policy(str(policy_path)))
-        except GatewayError as exc:
-            checks.append(Check("policy", Status.FAIL, str(exc), "fix the policy file"))
-        else:
-            checks.append(
-                Check("policy", Status.PASS, f"{policy_path} loads and lints clean")
-                if not findings
-                else Check(
-                    "policy",
-                    Status.WARN,
-                    "; ".join(str(f) for f in findings),
-                    f"run `netwarden policy lint {policy_path}`",
-                )
+    # the run policy as `netwarden run` would load it (the agent-default preset by default)
+    shown = str(policy_path) if policy_path is not None else "preset agent-default"
+    try:
+        policy = (
+            load_policy(str(policy_path))
+            if policy_path is not None
+            else policy_from_rules([], presets=["agent-default"], name="agent-default")
+        )
+        findings = lint_policy(policy)
+    except GatewayError as exc:
+        checks.append(Check("policy", Status.FAIL, str(exc), "fix the policy file"))
+    else:
+        checks.append(
+            Check("policy", Status.PASS, f"{shown} loads and lints clean")
+            if not findings
+            else Check(
+                "policy",
+                Status.WARN,
+                "; ".join(str(f) for f in findings),
+                f"run `netwarden policy lint {policy_path or 'presets/agent-default.yaml'}`",
             )
+        )
     return checks

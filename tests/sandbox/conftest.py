@@ -125,6 +125,7 @@ def upstream() -> Iterator[int]:
     yield int(server.server_address[1])
     server.shutdown()
     thread.join()
+    server.server_close()
 
 
 def netwarden(

@@ -178,8 +178,8 @@ async def test_control_unconfined_container_reaches_the_targets(
                 engine.exec_stream,
                 container,
                 ["sh", "-c", f"timeout 5 nc {target} {hello_port} </dev/null"],
-                on_stdout=out.write,
-                on_stderr=out.write,
+                on_stdout=out.data.extend,
+                on_stderr=out.data.extend,
             )
             assert (code, bytes(out.data)) == (0, HELLO), target
     finally:
