@@ -134,6 +134,11 @@ def main() -> int:
         upstream.shutdown()
 
 
+def _data(event: dict[str, object]) -> dict[str, object]:
+    data = event.get("data")
+    return data if isinstance(data, dict) else {}
+
+
 def _verdict(output: str, events: list[dict[str, object]], in_docker: bool) -> int:
     exits = {m.group(1): int(m.group(2)) for m in re.finditer(r"\[(\w+) exit (\d+)\]", output)}
     types = [e.get("type") for e in events]
@@ -147,9 +152,7 @@ def _verdict(output: str, events: list[dict[str, object]], in_docker: bool) -> i
     if in_docker:
         checks["direct bypass failed"] = exits.get("bypass", 0) != 0
         checks["sandbox_started with egress enforced"] = any(
-            e.get("type") == "sandbox_started"
-            and isinstance(e.get("data"), dict)
-            and e["data"].get("egress") == "enforced"  # type: ignore[index, union-attr]
+            e.get("type") == "sandbox_started" and _data(e).get("egress") == "enforced"
             for e in events
         )
     else:
