@@ -13,8 +13,8 @@ keep-alive HTTP servers on 127.0.0.1, port 0). By default the proxy under test i
 otherwise refused by the address guard) and an audit log in a temporary directory,
 pinned with ``taskset`` to one core (the last one); this client and the targets are
 left to the scheduler (``--pin-client`` keeps them off the proxy's core; on a 2-core
-machine that leaves them one core, which lowers the proxied figures more than the
-direct ones because every byte then crosses cores twice). The baseline is
+machine that leaves them one core, which in our runs lowered the proxied figures
+far more than the direct ones). The baseline is
 ``bench.reference_proxy`` under the same pinning. Per route, in this order (RSS first,
 on a fresh proxy):
 
