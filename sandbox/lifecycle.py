@@ -27,6 +27,8 @@ remove is in ``teardown_errors`` and left for the reaper (labels carry the owner
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import shutil
 import tempfile
 import time
@@ -35,7 +37,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from types import TracebackType
-from typing import BinaryIO, Final, Protocol
+from typing import BinaryIO, Final, Protocol, TypeVar
 
 from policy.errors import EnforcementUnavailable, SpecInvalid
 
@@ -49,6 +51,7 @@ from .names import (
     LABEL_RUN,
     RUN_ID_PATTERN,
     bridge_name,
+    container_name,
     network_name,
     run_key,
 )
@@ -59,6 +62,7 @@ from .spec import NetworkMode, SandboxSpec, check_spec_safety
 __all__ = ["PROXY_HOSTNAME", "Egress", "ProxyEndpoint", "ProxyStarter", "Sandbox", "proxy_env"]
 
 PROXY_HOSTNAME: Final = "host.docker.internal"
+_T = TypeVar("_T")
 _NO_PROXY: Final = "localhost,127.0.0.1,::1"
 
 
@@ -133,6 +137,8 @@ class Sandbox:
         self._lockdown: firewall.Lockdown | None = None
         self._tmpdir: Path | None = None
         self._started = 0.0
+        self._network_attempted: str | None = None
+        self._container_attempted: str | None = None
 
     def __repr__(self) -> str:
         return f"Sandbox(run_id={self.run_id!r}, egress={self.egress.value})"
@@ -190,7 +196,8 @@ class Sandbox:
                         )
                     self.unenforced_reason = problem
             name = network_name(self.key)
-            _, gateway = await asyncio.to_thread(
+            self._network_attempted = name
+            _, gateway = await self._step(
                 runtime.create_network,
                 name,
                 bridge=bridge_name(self.key),
@@ -215,17 +222,18 @@ class Sandbox:
                         gateway_ip=gateway,
                         proxy_port=endpoint.port,
                     )
-                    await asyncio.to_thread(self._lockdown.install)
+                    await self._step(self._lockdown.install)
                     self.egress = Egress.ENFORCED
                 else:
                     self.egress = Egress.UNENFORCED
 
-        volumes = await asyncio.to_thread(self._prepare_volumes)
-        self.container_id = await asyncio.to_thread(
+        volumes = await self._step(self._prepare_volumes)
+        self._container_attempted = container_name(self.key)
+        self.container_id = await self._step(
             runtime.run_container,
             image=spec.image,
             command=["sleep", "infinity"],
-            name=f"netwarden-{self.key}",
+            name=container_name(self.key),
             init=True,
             user=spec.user,
             working_dir=spec.workdir,
@@ -250,6 +258,24 @@ class Sandbox:
             ),
             **run_kwargs,
         )
+
+    async def _step(self, fn: Callable[..., _T], /, *args: object, **kwargs: object) -> _T:
+        """Run a blocking step that creates something, in a thread, to completion.
+
+        Cancelling ``to_thread`` would leave the step running unseen and its resource
+        (a network, a container, rules) created after teardown looked for it. So a
+        cancelled step is still awaited before the cancellation goes on; teardown then
+        finds the resource by its deterministic name.
+        """
+        future = asyncio.get_running_loop().run_in_executor(
+            None, functools.partial(fn, *args, **kwargs)
+        )
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                await future
+            raise
 
     def _prepare_volumes(self) -> dict[str, dict[str, str]]:
         self._tmpdir = Path(tempfile.mkdtemp(prefix=f"netwarden-{self.key}-"))
@@ -299,12 +325,12 @@ class Sandbox:
 
     def _teardown(self) -> None:
         steps: list[tuple[str, Callable[[], object]]] = []
-        if self.container_id is not None:
-            container = self.container_id
+        container = self.container_id or self._container_attempted
+        if container is not None:
             steps.append(("container", lambda: self._runtime.remove_container(container)))
         steps.append(("firewall", lambda: firewall.reap_firewall(only_keys={self.key})))
-        if self.network is not None:
-            network = self.network
+        network = self.network or self._network_attempted
+        if network is not None:
             steps.append(("network", lambda: self._runtime.remove_network(network)))
         if self._tmpdir is not None:
             tmpdir = self._tmpdir
@@ -314,7 +340,7 @@ class Sandbox:
                 step()
             except Exception as exc:  # every step is attempted; the reaper gets the rest
                 self.teardown_errors.append(f"{what}: {exc}")
-        self.container_id = None
-        self.network = None
+        self.container_id = self._container_attempted = None
+        self.network = self._network_attempted = None
         self._tmpdir = None
         self._lockdown = None

@@ -19,6 +19,7 @@ __all__ = [
     "LABEL_RUN",
     "RUN_ID_PATTERN",
     "bridge_name",
+    "container_name",
     "network_name",
     "run_key",
 ]
@@ -38,6 +39,10 @@ def run_key(run_id: str) -> str:
 
 def bridge_name(key: str) -> str:
     return f"nw-{key}"
+
+
+def container_name(key: str) -> str:
+    return f"netwarden-{key}"
 
 
 def network_name(key: str) -> str:

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 import pytest
 import pytest_asyncio
 
-from sandbox import Egress, Sandbox, SandboxSpec
+from policy.errors import DockerUnavailable
+from sandbox import Egress, ProxyEndpoint, Sandbox, SandboxSpec
 from sandbox.runtime import DockerRuntime
 
 from .conftest import HELLO, StandinProxy, host_address, leftovers
@@ -184,3 +185,29 @@ async def test_control_unconfined_container_reaches_the_targets(
             assert (code, bytes(out.data)) == (0, HELLO), target
     finally:
         await asyncio.to_thread(engine.remove_container, container)
+
+
+class _Boom(RuntimeError):
+    pass
+
+
+@pytest.mark.parametrize("fail_at", ["proxy", "container"])
+async def test_failed_start_leaves_nothing(engine: DockerRuntime, fail_at: str) -> None:
+    run_id = f"t-fail-{fail_at}-{uuid.uuid4().hex[:8]}"
+    proxy = StandinProxy()
+
+    async def failing_proxy(bind_host: str, advertise_host: str) -> ProxyEndpoint:
+        if fail_at == "proxy":
+            raise _Boom("proxy would not start")
+        return await proxy(bind_host, advertise_host)
+
+    spec = SandboxSpec(image="netwarden/base:local", user="1000:1000")
+    if fail_at == "container":  # the engine refuses to create the container
+        spec = spec.model_copy(update={"memory": "1k"})
+    sandbox = Sandbox(spec, run_id=run_id, runtime=engine, proxy=failing_proxy)
+    with pytest.raises((_Boom, DockerUnavailable)):
+        async with sandbox:
+            pytest.fail("the sandbox should not have started")
+    await proxy.close()
+    assert sandbox.teardown_errors == []
+    assert leftovers(engine, run_id) == []

@@ -136,8 +136,13 @@ def test_exit_code_passes_through_and_teardown_is_complete(
     assert leftovers(engine, run_id) == []
 
 
-def test_sigterm_tears_everything_down(engine: DockerRuntime, tmp_path: Path) -> None:
-    run_id, events = _run_id("term"), tmp_path / "e.jsonl"
+@pytest.mark.parametrize(
+    ("signum", "exit_code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["term", "int"]
+)
+def test_signal_tears_everything_down(
+    engine: DockerRuntime, tmp_path: Path, signum: signal.Signals, exit_code: int
+) -> None:
+    run_id, events = _run_id(signum.name.lower()), tmp_path / "e.jsonl"
     process = _spawn(
         "run", "--policy", str(_policy(tmp_path)), "--sandbox", "docker", "--events",
         str(events), "--run-id", run_id, "--", "sh", "-c", "echo READY; exec sleep 600",
@@ -145,8 +150,8 @@ def test_sigterm_tears_everything_down(engine: DockerRuntime, tmp_path: Path) ->
     with process:
         _await_line(process, "READY")
         assert leftovers(engine, run_id) != []  # the run is up: container, network, rules
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=30) == 143
+        process.send_signal(signum)
+        assert process.wait(timeout=30) == exit_code
     assert leftovers(engine, run_id) == []
     (stopped,) = _of_type(_events(events), "sandbox_stopped")
     assert stopped["outcome"] == "cancelled"
