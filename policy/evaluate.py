@@ -17,15 +17,14 @@ every resolved address, and IP/CIDR negations deny a name resolving into them.
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from policy.addresses import AddressInfo, classify_address
 from policy.decision import Code, Decision, Mode, Verdict, deny
 from policy.errors import HostInvalid
-from policy.hosts import canonicalize_host, is_ip
-from policy.matcher import Matcher
+from policy.hosts import canonicalize_host, ip_value
+from policy.matcher import Admit, Matcher
 from policy.patterns import Rule
 
 __all__ = ["DEFAULT_PORTS", "Policy", "PolicyTest"]
@@ -59,10 +58,26 @@ class Policy:
     description: str = ""
     _matcher: Matcher = field(init=False, repr=False)
     _silent: Matcher = field(init=False, repr=False)
+    _admit: Admit = field(init=False, repr=False)  # ports each rule admits when deciding
+    _admit_address: Admit = field(init=False, repr=False)  # ... when vouching for an address
+    _admit_any: Admit = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
+        Ranges = tuple[tuple[int, int], ...] | None
+        default: Ranges = tuple((p, p) for p in sorted(self.default_ports))
+        admit: list[Ranges] = []
+        admit_address: list[Ranges] = []
+        for rule in self.rules:
+            named: Ranges = ((rule.ports.low, rule.ports.high),) if rule.ports else None
+            admit_address.append(named)
+            if named is None and self.mode is Mode.ALLOWLIST and not rule.negated:
+                named = default
+            admit.append(named)
         object.__setattr__(self, "_matcher", Matcher(self.rules))
         object.__setattr__(self, "_silent", Matcher(self.silent))
+        object.__setattr__(self, "_admit", tuple(admit))
+        object.__setattr__(self, "_admit_address", tuple(admit_address))
+        object.__setattr__(self, "_admit_any", (None,) * max(len(self.rules), len(self.silent)))
 
     # -- name-level decision -------------------------------------------------
 
@@ -104,8 +119,9 @@ class Policy:
                 "open mode: no egress control",
                 policy_name=self.name,
             )
-        host_is_ip = is_ip(host)
-        index = self._matcher.last_match(host, host_is_ip, port, self._port_ok)
+        ip = ip_value(host)
+        host_is_ip = ip is not None
+        index = self._matcher.last_match(host, ip, port, self._admit)
         if index is None:
             return self._no_match(host, host_is_ip, port)
         rule = self.rules[index]
@@ -154,7 +170,7 @@ class Policy:
                 f"{host} is an IP address and allowlist mode refuses IP literals unless an IP or CIDR rule allows them",
                 None,
             )
-        named = self._matcher.last_match(host, False, port, _any_port)
+        named = self._matcher.last_match(host, None, port, self._admit_any)
         if named is not None and not self.rules[named].negated:
             # The host is on the list, not on this port: say which ports it has.
             rule = self.rules[named]
@@ -220,9 +236,12 @@ class Policy:
                 policy_name=self.name,
             )
         for text in addresses:
-            address = ipaddress.ip_address(canonicalize_host(text))
-            index = self._matcher.last_address_match(address, port, self._address_port_ok)
-            info = classify_address(address)
+            canonical = canonicalize_host(text)
+            ip = ip_value(canonical)
+            if ip is None:
+                raise ValueError(f"{text!r} is not an IP address")
+            index = self._matcher.last_address_match(ip, port, self._admit_address)
+            info = classify_address(canonical)
             if index is not None and self.rules[index].negated:
                 rule = self.rules[index].text
                 detail = f"{host} resolves to {info.address}, which rule {rule!r} denies"
@@ -253,12 +272,14 @@ class Policy:
             canonical = canonicalize_host(host)
         except HostInvalid:
             return False
-        return self._silent.last_match(canonical, is_ip(canonical), 1, _any_port) is not None
+        return (
+            self._silent.last_match(canonical, ip_value(canonical), 1, self._admit_any) is not None
+        )
 
     def matching_rules(self, host: str, port: int) -> list[int]:
         """Every rule index that matches, in order (for `explain`; a plain scan)."""
         canonical = canonicalize_host(host)
-        host_is_ip = is_ip(canonical)
+        host_is_ip = ip_value(canonical) is not None
         return [
             i
             for i, rule in enumerate(self.rules)
@@ -266,28 +287,14 @@ class Policy:
         ]
 
     def _port_ok(self, index: int, port: int) -> bool:
-        rule = self.rules[index]
-        if rule.ports is not None:
-            return port in rule.ports
-        if self.mode is Mode.ALLOWLIST and not rule.negated:
-            return port in self.default_ports
-        return True
-
-    def _address_port_ok(self, index: int, port: int) -> bool:
-        # The name already passed the port rules; a port-less IP/CIDR rule vouches
-        # for the address on any port, one naming ports only for those.
-        ports = self.rules[index].ports
-        return ports is None or port in ports
+        ranges = self._admit[index]
+        return ranges is None or any(low <= port <= high for low, high in ranges)
 
     def _decision(
         self, verdict: Verdict, code: Code, host: str, port: int, detail: str, index: int | None
     ) -> Decision:
         rule = self.rules[index].text if index is not None else None
         return Decision(verdict, code, host, port, detail, rule, index, self.name)
-
-
-def _any_port(index: int, port: int) -> bool:
-    return True
 
 
 def _printable(host: object) -> str:

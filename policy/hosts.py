@@ -19,7 +19,14 @@ from functools import lru_cache
 
 from policy.errors import HostInvalid
 
-__all__ = ["canonicalize_host", "fold_ipv6", "is_ip", "parse_ipv4_spelling", "split_host_port"]
+__all__ = [
+    "canonicalize_host",
+    "fold_ipv6",
+    "ip_value",
+    "is_ip",
+    "parse_ipv4_spelling",
+    "split_host_port",
+]
 
 MAX_NAME = 253
 MAX_LABEL = 63
@@ -35,12 +42,20 @@ _NUMERIC_LABEL = re.compile(r"(?:0x[0-9a-f]*|[0-9]+)")
 
 def is_ip(canonical: str) -> bool:
     """Whether a canonical host (output of canonicalize_host) is an IP literal."""
-    return ":" in canonical or (canonical[-1:].isdigit() and _looks_dotted_quad(canonical))
+    return ip_value(canonical) is not None
 
 
-def _looks_dotted_quad(host: str) -> bool:
-    parts = host.split(".")
-    return len(parts) == 4 and all(p.isdigit() for p in parts)
+@lru_cache(maxsize=8192)
+def ip_value(canonical: str) -> tuple[int, int] | None:
+    """``(version, integer)`` of a canonical IP literal, None for a name. A canonical
+    name never ends in a digit-only label (that would have made it an address)."""
+    if ":" not in canonical and not canonical[-1:].isdigit():
+        return None
+    try:
+        addr = ipaddress.ip_address(canonical)
+    except ValueError:
+        return None
+    return addr.version, int(addr)
 
 
 def canonicalize_host(raw: str) -> str:

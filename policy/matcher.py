@@ -5,18 +5,22 @@ suffix after the first label, ``**.x`` keyed by every proper suffix, ``**``, and
 IP/CIDR rules keyed by (prefix length, network). ``last_match`` returns exactly
 what a reverse scan of the rule list returns (tests/policy/test_properties.py
 checks it against a naive reference on random rule lists).
+
+Ports are checked against an ``admit`` table chosen by the caller: for each rule,
+None (any port) or the port ranges it admits, so the hot path calls no functions.
 """
 
 from __future__ import annotations
 
-import ipaddress
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from policy.patterns import Kind, Rule
 
-__all__ = ["Matcher"]
+__all__ = ["Admit", "Matcher"]
 
-PortCheck = Callable[[int, int], bool]  # (rule index, port) -> whether the rule's ports admit port
+# Per rule: None admits every port, else the (low, high) ranges admitted.
+Admit = Sequence[tuple[tuple[int, int], ...] | None]
+IPValue = tuple[int, int]  # (version, integer value)
 
 
 class Matcher:
@@ -28,8 +32,7 @@ class Matcher:
         self._one: dict[str, list[int]] = {}
         self._multi: dict[str, list[int]] = {}
         self._any: list[int] = []
-        # version -> prefixlen -> network int -> indexes; prefix lengths longest first
-        self._nets: dict[int, dict[int, dict[int, list[int]]]] = {4: {}, 6: {}}
+        nets: dict[int, dict[int, dict[int, list[int]]]] = {4: {}, 6: {}}
         for index, rule in enumerate(self.rules):
             if rule.kind is Kind.EXACT:
                 self._exact.setdefault(rule.value, []).append(index)
@@ -42,56 +45,59 @@ class Matcher:
             else:
                 assert rule.network is not None
                 net = rule.network
-                by_len = self._nets[net.version].setdefault(net.prefixlen, {})
+                by_len = nets[net.version].setdefault(net.prefixlen, {})
                 by_len.setdefault(int(net.network_address), []).append(index)
-        for version, table in self._nets.items():
-            self._nets[version] = dict(sorted(table.items(), reverse=True))
+        # version -> [(bits to shift away, {network value >> shift: indexes})], longest first
+        self._nets: dict[int, list[tuple[int, dict[int, list[int]]]]] = {
+            version: [
+                (
+                    width - prefixlen,
+                    {value >> (width - prefixlen): idx for value, idx in table.items()},
+                )
+                for prefixlen, table in sorted(by_prefix.items(), reverse=True)
+            ]
+            for version, width, by_prefix in ((4, 32, nets[4]), (6, 128, nets[6]))
+        }
 
-    def last_match(self, host: str, host_is_ip: bool, port: int, port_ok: PortCheck) -> int | None:
-        """Index of the last rule matching ``host`` (canonical) on ``port``, or None."""
-        best = -1
-        if host_is_ip:
-            best = self._best_net(ipaddress.ip_address(host), port, port_ok, best)
+    def last_match(self, host: str, ip: IPValue | None, port: int, admit: Admit) -> int | None:
+        """Index of the last rule matching ``host`` (canonical; ``ip`` set when it is
+        an address) whose ports admit ``port``, or None."""
+        if ip is not None:
+            best = self._best_net(ip, port, admit, -1)
         else:
-            best = _best(self._exact.get(host), port, port_ok, best)
+            best = _best(self._exact.get(host), port, admit, -1)
             _, dot, rest = host.partition(".")
             if dot:
-                best = _best(self._one.get(rest), port, port_ok, best)
+                best = _best(self._one.get(rest), port, admit, best)
                 multi = self._multi
                 while dot:
-                    best = _best(multi.get(rest), port, port_ok, best)
+                    best = _best(multi.get(rest), port, admit, best)
                     _, dot, rest = rest.partition(".")
-        best = _best(self._any, port, port_ok, best)
+        best = _best(self._any, port, admit, best)
         return None if best < 0 else best
 
-    def last_address_match(
-        self, address: ipaddress.IPv4Address | ipaddress.IPv6Address, port: int, port_ok: PortCheck
-    ) -> int | None:
-        """Index of the last IP/CIDR rule (not ``**``) covering ``address`` on ``port``."""
-        best = self._best_net(address, port, port_ok, -1)
+    def last_address_match(self, ip: IPValue, port: int, admit: Admit) -> int | None:
+        """Index of the last IP/CIDR rule (never ``**``) covering ``ip``, or None."""
+        best = self._best_net(ip, port, admit, -1)
         return None if best < 0 else best
 
-    def _best_net(
-        self,
-        address: ipaddress.IPv4Address | ipaddress.IPv6Address,
-        port: int,
-        port_ok: PortCheck,
-        best: int,
-    ) -> int:
-        value = int(address)
-        bits = address.max_prefixlen
-        for prefixlen, networks in self._nets[address.version].items():
-            key = (value >> (bits - prefixlen)) << (bits - prefixlen) if prefixlen else 0
-            best = _best(networks.get(key), port, port_ok, best)
+    def _best_net(self, ip: IPValue, port: int, admit: Admit, best: int) -> int:
+        version, value = ip
+        for shift, networks in self._nets[version]:
+            best = _best(networks.get(value >> shift), port, admit, best)
         return best
 
 
-def _best(indexes: list[int] | None, port: int, port_ok: PortCheck, best: int) -> int:
+def _best(indexes: list[int] | None, port: int, admit: Admit, best: int) -> int:
     if not indexes or indexes[-1] <= best:
         return best
     for index in reversed(indexes):
         if index <= best:
             return best
-        if port_ok(index, port):
+        ranges = admit[index]
+        if ranges is None:
             return index
+        for low, high in ranges:
+            if low <= port <= high:
+                return index
     return best
