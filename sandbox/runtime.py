@@ -9,6 +9,8 @@ what to do.
 from __future__ import annotations
 
 import contextlib
+import os
+import socket
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -66,16 +68,48 @@ class ContainerRuntime(Protocol):
 
 
 def connect(timeout: float = 10.0) -> DockerRuntime:
-    """A runtime on the engine ``DOCKER_HOST`` (or the default socket) names, once it answers."""
+    """A runtime on the engine ``DOCKER_HOST`` (or the default socket) names, once it answers.
+
+    The API version is asked for with the oldest version the SDK speaks (1.24) from a
+    client we close ourselves: ``version="auto"`` asks inside the SDK's constructor and
+    leaks that client's socket when no engine answers.
+    """
+    _preflight_unix_socket(timeout)
+    probe: docker.DockerClient | None = None
     try:
-        client = docker.from_env(timeout=int(timeout))
-        client.ping()
+        probe = docker.from_env(version="1.24", timeout=int(timeout))
+        api_version = str(probe.version().get("ApiVersion") or "1.24")
     except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
         raise DockerUnavailable(
             f"no docker engine answers ({_short(exc)}); start one (scripts/ensure-docker), "
             "fix DOCKER_HOST, or run with --sandbox none"
         ) from exc
-    return DockerRuntime(client)
+    finally:
+        if probe is not None:
+            probe.close()
+    return DockerRuntime(docker.from_env(version=api_version, timeout=int(timeout)))
+
+
+def _preflight_unix_socket(timeout: float) -> None:
+    """Connect to a unix-socket engine address once with a socket we close ourselves.
+
+    docker's unix transport does not close its socket when connect fails (a
+    ResourceWarning per attempt, an fd leak in a long-lived process), so the common
+    "no engine here" case is answered before the SDK is involved.
+    """
+    host = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    if not host.startswith("unix://"):
+        return
+    path = host.removeprefix("unix://")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(timeout)
+        try:
+            probe.connect(path)
+        except OSError as exc:
+            raise DockerUnavailable(
+                f"no docker engine answers at {host} ({exc.strerror or exc}); start one "
+                "(scripts/ensure-docker), fix DOCKER_HOST, or run with --sandbox none"
+            ) from exc
 
 
 class DockerRuntime:
