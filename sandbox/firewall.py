@@ -8,7 +8,7 @@ arriving on the run's bridge, in a chain of the run's own:
     NETWARDEN-<key>-IN   (jumped to from INPUT for -i <bridge>)
       # marker comment naming the owner pid:start (the reaper reads it)
       ESTABLISHED,RELATED       ACCEPT
-      tcp to GATEWAY:PROXY_PORT ACCEPT
+      tcp to GATEWAY:PROXY_PORT ACCEPT  (and the run's listener ports, if any)
       tcp                       REJECT tcp-reset        (connect fails at once)
       everything else           REJECT icmp-port-unreachable (DNS to the gateway too)
     NETWARDEN-<key>-FWD  (jumped to from DOCKER-USER for -i <bridge> and -o <bridge>)
@@ -85,6 +85,7 @@ class Lockdown:
     bridge: str
     gateway_ip: str
     proxy_port: int
+    listener_ports: tuple[int, ...] = ()
     installed: bool = field(default=False, init=False)
 
     @property
@@ -116,7 +117,10 @@ class Lockdown:
             f":{fwd} - [0:0]",
             f"-A {inp} {marker}",
             f"-A {inp} -m conntrack --ctstate ESTABLISHED,RELATED -j ACCEPT",
-            f"-A {inp} -p tcp -d {self.gateway_ip}/32 --dport {self.proxy_port} -j ACCEPT",
+            *(
+                f"-A {inp} -p tcp -d {self.gateway_ip}/32 --dport {port} -j ACCEPT"
+                for port in (self.proxy_port, *self.listener_ports)
+            ),
             f"-A {inp} -p tcp -j REJECT --reject-with tcp-reset",
             f"-A {inp} -j REJECT --reject-with icmp-port-unreachable",
             f"-A {fwd} {marker}",

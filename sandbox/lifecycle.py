@@ -75,8 +75,12 @@ class Egress(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class ProxyEndpoint:
+    """Where the run's proxy listens. ``listener_ports``: other per-run listeners on the
+    same bind (MCP ask-user, board) that the sandbox may reach too; nothing else is."""
+
     port: int
     url: str = field(repr=False)  # carries the run's proxy credentials
+    listener_ports: tuple[int, ...] = ()
 
 
 class ProxyStarter(Protocol):
@@ -221,6 +225,7 @@ class Sandbox:
                         bridge=bridge_name(self.key),
                         gateway_ip=gateway,
                         proxy_port=endpoint.port,
+                        listener_ports=endpoint.listener_ports,
                     )
                     await self._step(self._lockdown.install)
                     self.egress = Egress.ENFORCED
