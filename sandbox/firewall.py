@@ -36,7 +36,6 @@ from policy.errors import EnforcementUnavailable
 
 __all__ = [
     "Lockdown",
-    "chains_of",
     "firewall_rules_for",
     "probe_privilege",
     "reap_firewall",
@@ -195,23 +194,6 @@ def _read_table(tool: str) -> _TableState | None:
         elif len(parts) >= 3 and parts[0] == "-A":
             state.rules.append(_Rule(parts[1], parts[2:]))
     return state
-
-
-def chains_of(state_tool: str = "iptables") -> dict[str, str | None]:
-    """Each netwarden run key present in ``state_tool``'s filter table -> its owner tag."""
-    state = _read_table(state_tool)
-    if state is None:
-        return {}
-    keys: dict[str, str | None] = {}
-    for chain in state.chains:
-        match = _CHAIN.match(chain)
-        if match:
-            keys.setdefault(match.group(1), None)
-    for rule in state.rules:
-        found = _COMMENT.search(" ".join(rule.spec))
-        if found:
-            keys[found.group(1)] = found.group(3)
-    return keys
 
 
 def firewall_rules_for(key: str) -> list[str]:

@@ -104,6 +104,14 @@ def proxy_env(url: str) -> dict[str, str]:
     }
 
 
+def _owner_opts(user: str) -> str:
+    """tmpfs ``uid=,gid=`` so the sandbox user owns its workspace (1000 for a user name)."""
+    uid, _, gid = user.partition(":")
+    uid = uid if uid.isdigit() else "1000"
+    gid = gid if gid.isdigit() else uid
+    return f"uid={uid},gid={gid}"
+
+
 class Sandbox:
     """See the module docstring. ``proxy=None`` means no proxy (``mode: open``)."""
 
@@ -249,8 +257,8 @@ class Sandbox:
             read_only=True,
             tmpfs={  # the container's own /tmp, a private tmpfs
                 "/tmp": f"rw,nosuid,nodev,size={spec.tmp_size},mode=1777",  # noqa: S108
-                spec.workdir: f"rw,nosuid,nodev,size={spec.workspace_size},uid=1000,gid=1000,"
-                "mode=0755",
+                spec.workdir: f"rw,nosuid,nodev,size={spec.workspace_size},{_owner_opts(spec.user)}"
+                ",mode=0755",
             },
             pids_limit=spec.pids_limit,
             mem_limit=spec.memory,
