@@ -388,6 +388,9 @@ def main(argv: list[str] | None = None) -> int:
     except BenchError as exc:
         print(f"bench.load: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # e.g. piped into `head`: not an error of the benchmark
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

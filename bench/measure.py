@@ -118,6 +118,14 @@ class Throughput:
         is the bottleneck; well below: the client, the targets or the kernel are)."""
         return None if self.proxy_cpu is None else self.proxy_cpu.total / self.seconds
 
+    @property
+    def mb_per_cpu_second(self) -> float | None:
+        """MB relayed per second of proxy CPU: the proxy's efficiency, much less
+        sensitive than MB/s to other load on the machine."""
+        if self.proxy_cpu is None or self.proxy_cpu.total <= 0:
+            return None
+        return self.bytes_moved / self.proxy_cpu.total / 1e6
+
 
 def _open_blocking(route: Route, port: int) -> socket.socket:
     sock = socket.create_connection(route.dial_address(port), timeout=60)
