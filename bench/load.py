@@ -107,26 +107,38 @@ def measure_route(
     Each phase runs inside ``phase(name)`` (``--profile`` samples the proxy there).
     """
     results = Results(route.name)
+    errors = results.retried_setups
     if route.proxy is not None:
         if route.pid is not None:
             with phase("idle"):
-                results.idle = _run(idle_tunnels(route, ports["echo"], count=config.idle_tunnels))
+                results.idle = _run(
+                    idle_tunnels(route, ports["echo"], count=config.idle_tunnels, errors=errors)
+                )
         else:
             results.notes.append("no --proxy-pid: CPU and RSS not measured")
     sink = ports["sink"]
     with phase("throughput"):
         results.up1 = best_of(
             config.stream_runs,
-            lambda: stream_throughput(route, sink, mode=b"U", streams=1, total=config.stream_bytes),
+            lambda: stream_throughput(
+                route, sink, mode=b"U", streams=1, total=config.stream_bytes, errors=errors
+            ),
         )
         results.down1 = best_of(
             config.stream_runs,
-            lambda: stream_throughput(route, sink, mode=b"D", streams=1, total=config.stream_bytes),
+            lambda: stream_throughput(
+                route, sink, mode=b"D", streams=1, total=config.stream_bytes, errors=errors
+            ),
         )
         results.up16 = best_of(
             config.parallel_runs,
             lambda: stream_throughput(
-                route, sink, mode=b"U", streams=config.streams, total=config.parallel_bytes
+                route,
+                sink,
+                mode=b"U",
+                streams=config.streams,
+                total=config.parallel_bytes,
+                errors=errors,
             ),
         )
     with phase("tunnels"):
@@ -147,6 +159,11 @@ def measure_route(
                 connections=config.http_connections,
                 seconds=config.http_seconds,
             )
+        )
+    if errors:
+        results.notes.append(
+            f"{len(errors)} tunnel setups failed outside the rate phase and were retried;"
+            f" first: {errors[0]}"
         )
     if results.http.reconnects:
         results.notes.append(f"keep-alive broken: {results.http.reconnects} reconnects")

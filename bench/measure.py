@@ -173,8 +173,34 @@ def _stream(
     return began, time.perf_counter()
 
 
+_ATTEMPTS: Final = 3
+
+
+def _open_blocking_retrying(route: Route, port: int, errors: list[str] | None) -> socket.socket:
+    """``_open_blocking``; with an ``errors`` list, a failed setup is recorded there and
+    retried (at most ``_ATTEMPTS`` tries), so one refusal does not void a whole run."""
+    for attempt in range(1, _ATTEMPTS + 1):
+        try:
+            return _open_blocking(route, port)
+        except (OSError, BenchError) as exc:
+            if errors is None or attempt == _ATTEMPTS:
+                raise
+            errors.append(_error_text(exc))
+    raise AssertionError("unreachable")
+
+
+def _error_text(exc: BaseException) -> str:
+    return str(exc) if isinstance(exc, BenchError) else f"{type(exc).__name__}: {exc}"
+
+
 def stream_throughput(
-    route: Route, sink_port: int, *, mode: bytes, streams: int, total: int
+    route: Route,
+    sink_port: int,
+    *,
+    mode: bytes,
+    streams: int,
+    total: int,
+    errors: list[str] | None = None,
 ) -> Throughput:
     """``streams`` tunnels moving ``total`` bytes between them, timed from a common start.
 
@@ -182,7 +208,7 @@ def stream_throughput(
     last byte acknowledged), so this is relay throughput, not setup cost.
     """
     per_stream = total // streams
-    socks = [_open_blocking(route, sink_port) for _ in range(streams)]
+    socks = [_open_blocking_retrying(route, sink_port, errors) for _ in range(streams)]
     start = threading.Barrier(streams)
     cpu_before = cpu_seconds(route.pid) if route.pid else None
     try:
@@ -315,7 +341,7 @@ async def tunnel_rate(
             try:
                 sock = await _open_tunnel(loop, route, echo_port)
             except (OSError, BenchError) as exc:
-                errors.append(f"{type(exc).__name__}: {exc}")
+                errors.append(_error_text(exc))
                 continue
             sock.close()
             latencies.append(time.perf_counter() - t0)
@@ -344,7 +370,12 @@ class IdleMemory:
 
 
 async def idle_tunnels(
-    route: Route, echo_port: int, *, count: int, concurrency: int = 64
+    route: Route,
+    echo_port: int,
+    *,
+    count: int,
+    concurrency: int = 64,
+    errors: list[str] | None = None,
 ) -> IdleMemory:
     """The proxy's RSS growth with ``count`` tunnels open and idle (each carried one byte).
 
@@ -354,11 +385,11 @@ async def idle_tunnels(
     if route.pid is None:
         raise BenchError(f"{route.name}: idle-tunnel RSS needs the proxy's pid")
     loop = asyncio.get_running_loop()
-    for sock in await _open_many(loop, route, echo_port, concurrency, concurrency):
+    for sock in await _open_many(loop, route, echo_port, concurrency, concurrency, errors):
         sock.close()
     await _settled_cpu(route.pid)
     before = rss_bytes(route.pid)
-    socks = await _open_many(loop, route, echo_port, count, concurrency)
+    socks = await _open_many(loop, route, echo_port, count, concurrency, errors)
     try:
         await _settled_cpu(route.pid)
         after = rss_bytes(route.pid)
@@ -369,14 +400,26 @@ async def idle_tunnels(
 
 
 async def _open_many(
-    loop: asyncio.AbstractEventLoop, route: Route, port: int, count: int, concurrency: int
+    loop: asyncio.AbstractEventLoop,
+    route: Route,
+    port: int,
+    count: int,
+    concurrency: int,
+    errors: list[str] | None,
 ) -> list[socket.socket]:
     opened: list[socket.socket] = []
     gate = asyncio.Semaphore(concurrency)
 
     async def one() -> None:
         async with gate:
-            opened.append(await _open_tunnel(loop, route, port))
+            for attempt in range(1, _ATTEMPTS + 1):
+                try:
+                    opened.append(await _open_tunnel(loop, route, port))
+                    return
+                except (OSError, BenchError) as exc:
+                    if errors is None or attempt == _ATTEMPTS:
+                        raise
+                    errors.append(_error_text(exc))
 
     try:
         async with asyncio.TaskGroup() as tasks:

@@ -28,6 +28,7 @@ class Results:
     rate: TunnelRate | None = None
     http: HttpRate | None = None
     idle: IdleMemory | None = None
+    retried_setups: list[str] = field(default_factory=list)  # failures outside the rate phase
     notes: list[str] = field(default_factory=list)
 
     def figures(self) -> dict[str, float | None]:
@@ -44,7 +45,7 @@ class Results:
             "new_tunnels_per_s": rate.per_second if rate else None,
             "setup_p50_ms": rate.percentile(0.50) * 1e3 if rate and rate.latencies else None,
             "setup_p99_ms": rate.percentile(0.99) * 1e3 if rate and rate.latencies else None,
-            "setup_errors": float(rate.errors) if rate else None,
+            "setup_errors": float((rate.errors if rate else 0) + len(self.retried_setups)),
             "cpu_per_tunnel_us": _scaled(rate.cpu_per_tunnel if rate else None, 1e6),
             "kernel_cpu_per_tunnel_us": _scaled(rate.kernel_cpu_per_tunnel if rate else None, 1e6),
             "http_requests_per_s": http.per_second if http else None,
@@ -87,6 +88,7 @@ _ROWS: Final = (
     ("new_tunnels_per_s", "new tunnels/s (concurrency 32)", "{:.0f}"),
     ("setup_p50_ms", "  setup latency p50, ms", "{:.2f}"),
     ("setup_p99_ms", "  setup latency p99, ms", "{:.2f}"),
+    ("setup_errors", "  tunnel setups that failed", "{:.0f}"),
     ("cpu_per_tunnel_us", "proxy CPU per new tunnel, µs", "{:.0f}"),
     ("kernel_cpu_per_tunnel_us", "  of which in the kernel, µs", "{:.0f}"),
     ("http_requests_per_s", "plain HTTP keep-alive req/s", "{:.0f}"),
