@@ -207,6 +207,7 @@ class AuditLog:
         self._seq = 0
         self._secrets: list[str] = []
         self._fd: int | None = None
+        self._subscribers: list[Callable[[dict[str, Any]], None]] = []
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
@@ -225,6 +226,12 @@ class AuditLog:
         if value and value not in self._secrets:
             self._secrets.append(value)
 
+    def subscribe(self, callback: Callable[[dict[str, Any]], None]) -> Callable[[], None]:
+        """Call ``callback(record)`` after each emitted line (in the emitting thread);
+        returns the function that unsubscribes. Callbacks must be quick and not raise."""
+        self._subscribers.append(callback)
+        return lambda: self._subscribers.remove(callback)
+
     def emit(self, event: Event) -> None:
         data = event.data()
         data["run_id"] = self.run_id
@@ -241,14 +248,15 @@ class AuditLog:
             for secret in self._secrets:
                 if secret in line:
                     line = line.replace(secret, REDACTED)
-            if self._fd is None:
-                return
-            payload = (line + "\n").encode()
-            # One write per line (see module docstring). A short write only happens on a
-            # full disk or a signal; finishing the rest keeps the line contiguous for us.
-            written = os.write(self._fd, payload)
-            while written < len(payload):
-                written += os.write(self._fd, payload[written:])
+            if self._fd is not None:
+                payload = (line + "\n").encode()
+                # One write per line (see module docstring). A short write only happens on
+                # a full disk or a signal; finishing the rest keeps the line contiguous.
+                written = os.write(self._fd, payload)
+                while written < len(payload):
+                    written += os.write(self._fd, payload[written:])
+        for callback in list(self._subscribers):
+            callback(record)
 
     def close(self) -> None:
         with self._lock:

@@ -54,6 +54,11 @@ __all__ = ["ProxyConfig", "ProxyServer"]
 
 log = logging.getLogger("netwarden.proxy")
 
+# Local (ip, port) of every upstream socket any proxy in this process has open. A client
+# arriving FROM one of them is a request looping back into us (directly, or through
+# another netwarden proxy of this process): refused with proxy_loop.
+_OUTBOUND: set[tuple[str, int]] = set()
+
 
 @dataclass(kw_only=True)
 class ProxyConfig:
@@ -105,7 +110,7 @@ class ProxyServer:
         self.connect_handler: ConnectHandler = config.connect_handler or TunnelHandler()
         self._server: asyncio.Server | None = None
         self._own: list[ListenAddr] = []
-        self._outbound: set[tuple[str, int]] = set()
+        self._outbound = _OUTBOUND
         self._clients: set[Endpoint] = set()
         self._tunnels: set[Tunnel] = set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -369,7 +374,12 @@ class ProxyServer:
         return True
 
     def refuse(self, client: Endpoint, decision: Decision, method: str) -> None:
-        if not self.policy.is_silent(decision.host):
+        try:
+            silent = self.policy.is_silent(decision.host)
+        except Exception:  # an error here must not cost us the refusal or its event
+            log.exception("policy.is_silent failed; logging the refusal")
+            silent = False
+        if not silent:
             self._emit(NetworkBlocked.from_decision(decision, method=method))
         status = 400 if decision.code is Code.INVALID_HOST else 403
         client.write(reply(status, decision.message, code=decision.code.value))
