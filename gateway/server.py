@@ -110,7 +110,7 @@ class ProxyServer:
         self.connect_handler: ConnectHandler = config.connect_handler or TunnelHandler()
         self._server: asyncio.Server | None = None
         self._own: list[ListenAddr] = []
-        self._outbound = _OUTBOUND
+        self._outbound: set[tuple[str, int]] = set()  # ours, mirrored in _OUTBOUND
         self._clients: set[Endpoint] = set()
         self._tunnels: set[Tunnel] = set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -170,6 +170,8 @@ class ProxyServer:
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=1.0)
         await server.wait_closed()
+        _OUTBOUND.difference_update(self._outbound)
+        self._outbound.clear()
         self.audit.emit(
             ProxyStopped(
                 listen=self._listen_text(),
@@ -255,6 +257,7 @@ class ProxyServer:
     def upstream_gone(self, upstream: Endpoint) -> None:
         if upstream.local is not None:
             self._outbound.discard(upstream.local)
+            _OUTBOUND.discard(upstream.local)
 
     def tunnel_done(self, tunnel: Tunnel) -> None:
         self._tunnels.discard(tunnel)
@@ -348,7 +351,7 @@ class ProxyServer:
     def _screen(self, client: Endpoint, head: RequestHead) -> bool:
         """Loop defence on the client side, then proxy auth. False: answered and done."""
         peer = client.transport.get_extra_info("peername") if client.transport else None
-        if peer is not None and (str(peer[0]), int(peer[1])) in self._outbound:
+        if peer is not None and (str(peer[0]), int(peer[1])) in _OUTBOUND:
             self.refuse(
                 client,
                 deny(
@@ -464,6 +467,7 @@ class ProxyServer:
                     upstream = Endpoint(on_lost=self.upstream_gone)
                     upstream.local = (str(local[0]), int(local[1]))
                     self._outbound.add(upstream.local)
+                    _OUTBOUND.add(upstream.local)
                     await loop.create_connection(lambda up=upstream: up, sock=sock)  # type: ignore[misc]  # lambda default keeps the instance
                     return upstream, address
         except TimeoutError:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import ssl
 import threading
@@ -151,6 +152,16 @@ def https_origin(ca: trustme.CA, tmp_path: Path) -> Iterator[Origin]:
 class Echo:
     port: int
     server: asyncio.Server
+    active: int = 0
+    changed: asyncio.Event | None = None
+
+    async def wait_idle(self) -> None:
+        """Until every echo connection has been closed on the server side."""
+        assert self.changed is not None
+        async with asyncio.timeout(20):
+            while self.active:
+                self.changed.clear()
+                await self.changed.wait()
 
 
 @pytest.fixture
@@ -158,6 +169,7 @@ async def echo() -> AsyncIterator[Echo]:
     """A TCP echo server (asyncio, same loop). Half-close aware: EOF in -> EOF out."""
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        state.active += 1
         try:
             while data := await reader.read(65536):
                 writer.write(data)
@@ -168,10 +180,15 @@ async def echo() -> AsyncIterator[Echo]:
             pass
         finally:
             writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+            state.active -= 1
+            changed.set()
 
+    changed = asyncio.Event()
     server = await asyncio.start_server(handle, "127.0.0.1", 0, backlog=2048)
-    port = server.sockets[0].getsockname()[1]
-    yield Echo(port, server)
+    state = Echo(server.sockets[0].getsockname()[1], server, changed=changed)
+    yield state
     server.close()
 
 
