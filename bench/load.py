@@ -44,17 +44,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from bench.measure import (
-    Route,
-    best_of,
-    http_rate,
-    idle_tunnels,
-    stream_throughput,
-    tunnel_rate,
-)
+from bench.measure import http_rate, idle_tunnels, tunnel_rate
 from bench.profile import sampled
 from bench.proxyproc import BenchError, Child, ProxyURL, python_argv, spawn
 from bench.report import Results, render_table, summary
+from bench.route import Route
+from bench.throughput import best_of, stream_throughput
 
 __all__ = ["Config", "main"]
 

@@ -1,10 +1,7 @@
-"""The measurements. Each takes a ``Route``: direct to the target, or through a proxy.
+"""Tunnel setup rate, idle-tunnel memory and keep-alive HTTP rate.
 
-Throughput uses blocking sockets in threads with 1 MiB ``sendall``/``recv_into`` on
-preallocated buffers (the GIL is released for the whole syscall, so the client costs a
-few Python bytecodes per MiB). Tunnel setup, idle tunnels and HTTP keep-alive use the
-event loop's ``sock_*`` calls on raw non-blocking sockets (uvloop when installed): no
-StreamReader layers in the client. The direct rows run the same code without the
+The event loop's ``sock_*`` calls on raw non-blocking sockets (uvloop when installed):
+no StreamReader layers in the client. The direct rows run the same code without the
 proxy hop, so a direct figure far above the proxied one shows the client was not the
 limit.
 """
@@ -14,220 +11,24 @@ from __future__ import annotations
 import asyncio
 import re
 import socket
-import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Final
 
-from bench.proxyproc import BenchError, ProxyURL, cpu_seconds, rss_bytes
-from bench.targets import HTTP_BODY, SINK_HEADER
+from bench.proxyproc import BenchError, cpu_seconds, rss_bytes
+from bench.route import ATTEMPTS, TARGET_HOST, CpuUsed, Route, check_established, error_text
+from bench.targets import HTTP_BODY
 
 __all__ = [
-    "CpuUsed",
     "HttpRate",
     "IdleMemory",
-    "Route",
-    "Throughput",
     "TunnelRate",
-    "best_of",
     "http_rate",
     "idle_tunnels",
-    "stream_throughput",
     "tunnel_rate",
 ]
 
-_CHUNK: Final = 1 << 20
-_TARGET_HOST: Final = "127.0.0.1"
 _CONTENT_LENGTH: Final = re.compile(rb"\r\ncontent-length:[ \t]*(\d+)", re.IGNORECASE)
-
-
-@dataclass(frozen=True)
-class Route:
-    """How the client reaches a target: ``proxy`` None means a direct connection.
-
-    ``pid`` is the proxy's process id, for its CPU time and RSS (None: not measured).
-    ``target_host`` is what CONNECT names: an IP literal, or e.g. ``localhost`` so the
-    proxy's resolver is part of what is measured.
-    """
-
-    name: str
-    proxy: ProxyURL | None = None
-    pid: int | None = None
-    target_host: str = _TARGET_HOST
-
-    def connect_request(self, port: int) -> bytes:
-        assert self.proxy is not None
-        authority = f"{self.target_host}:{port}"
-        return (
-            f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n".encode()
-            + self.proxy.authorization
-            + b"\r\n"
-        )
-
-    def dial_address(self, port: int) -> tuple[str, int]:
-        if self.proxy is None:
-            return (_TARGET_HOST, port)
-        return (self.proxy.host, self.proxy.port)
-
-
-_POLICY_REASONS: Final = frozenset(
-    {"", "policy_denied", "non_public_address", "port_not_allowed", "ip_literal_refused"}
-)
-_REASON_HEADER: Final = re.compile(rb"\r\nx-netwarden-reason:[ \t]*([^\r]*)", re.IGNORECASE)
-
-
-def _check_established(route: Route, port: int, head: bytes) -> None:
-    status = head.split(b"\r\n", 1)[0]
-    parts = status.split(b" ", 2)
-    if len(parts) >= 2 and parts[1] == b"200":
-        return
-    match = _REASON_HEADER.search(head)
-    reason = match.group(1).decode(errors="replace").strip() if match else ""
-    message = f"{route.name}: CONNECT {route.target_host}:{port} answered"
-    message += f" {status.decode(errors='replace')!r}"
-    if reason:
-        message += f" (X-Netwarden-Reason: {reason})"
-    if reason in _POLICY_REASONS:
-        message += (
-            f"; the proxy's policy must allow the loopback targets ({_TARGET_HOST} and"
-            f" {route.target_host} on the target ports)"
-        )
-    raise BenchError(message)
-
-
-# ---------------------------------------------------------------------------------------
-# Throughput: blocking sockets, one thread per stream.
-
-
-@dataclass(frozen=True)
-class Throughput:
-    streams: int
-    bytes_moved: int
-    seconds: float
-    proxy_cpu: CpuUsed | None = None
-
-    @property
-    def mb_per_s(self) -> float:
-        return self.bytes_moved / self.seconds / 1e6
-
-    @property
-    def proxy_busy(self) -> float | None:
-        """Share of one core the proxy used while the bytes moved (near 1.0: the proxy
-        is the bottleneck; well below: the client, the targets or the kernel are)."""
-        return None if self.proxy_cpu is None else self.proxy_cpu.total / self.seconds
-
-    @property
-    def mb_per_cpu_second(self) -> float | None:
-        """MB relayed per second of proxy CPU: the proxy's efficiency, much less
-        sensitive than MB/s to other load on the machine."""
-        if self.proxy_cpu is None or self.proxy_cpu.total <= 0:
-            return None
-        return self.bytes_moved / self.proxy_cpu.total / 1e6
-
-
-def _open_blocking(route: Route, port: int) -> socket.socket:
-    sock = socket.create_connection(route.dial_address(port), timeout=60)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    if route.proxy is not None:
-        sock.sendall(route.connect_request(port))
-        head = b""
-        while b"\r\n\r\n" not in head:
-            chunk = sock.recv(4096)
-            if not chunk:
-                raise BenchError(f"{route.name}: proxy closed the connection during CONNECT")
-            head += chunk
-        head, _, rest = head.partition(b"\r\n\r\n")
-        _check_established(route, port, head)
-        if rest:
-            raise BenchError(f"{route.name}: {len(rest)} unexpected bytes after the CONNECT answer")
-    return sock
-
-
-def _stream(
-    sock: socket.socket, mode: bytes, size: int, start: threading.Barrier
-) -> tuple[float, float]:
-    buffer = bytearray(_CHUNK)
-    view = memoryview(buffer)
-    start.wait()
-    began = time.perf_counter()
-    sock.sendall(SINK_HEADER.pack(mode, size))
-    if mode == b"U":
-        remaining = size
-        while remaining:
-            step = min(remaining, _CHUNK)
-            sock.sendall(view[:step])
-            remaining -= step
-        if sock.recv(1) != b"K":
-            raise BenchError("sink did not acknowledge the upload (tunnel closed early?)")
-    else:
-        remaining = size
-        while remaining:
-            got = sock.recv_into(view, min(remaining, _CHUNK))
-            if not got:
-                raise BenchError(
-                    f"download ended with {remaining} bytes missing (tunnel closed early?)"
-                )
-            remaining -= got
-    return began, time.perf_counter()
-
-
-_ATTEMPTS: Final = 3
-
-
-def _open_blocking_retrying(route: Route, port: int, errors: list[str] | None) -> socket.socket:
-    """``_open_blocking``; with an ``errors`` list, a failed setup is recorded there and
-    retried (at most ``_ATTEMPTS`` tries), so one refusal does not void a whole run."""
-    for attempt in range(1, _ATTEMPTS + 1):
-        try:
-            return _open_blocking(route, port)
-        except (OSError, BenchError) as exc:
-            if errors is None or attempt == _ATTEMPTS:
-                raise
-            errors.append(_error_text(exc))
-    raise AssertionError("unreachable")
-
-
-def _error_text(exc: BaseException) -> str:
-    return str(exc) if isinstance(exc, BenchError) else f"{type(exc).__name__}: {exc}"
-
-
-def stream_throughput(
-    route: Route,
-    sink_port: int,
-    *,
-    mode: bytes,
-    streams: int,
-    total: int,
-    errors: list[str] | None = None,
-) -> Throughput:
-    """``streams`` tunnels moving ``total`` bytes between them, timed from a common start.
-
-    Tunnels are set up first; the clock covers only the bytes (first header sent to
-    last byte acknowledged), so this is relay throughput, not setup cost.
-    """
-    per_stream = total // streams
-    socks = [_open_blocking_retrying(route, sink_port, errors) for _ in range(streams)]
-    start = threading.Barrier(streams)
-    cpu_before = cpu_seconds(route.pid) if route.pid else None
-    try:
-        with ThreadPoolExecutor(max_workers=streams) as pool:
-            futures = [pool.submit(_stream, sock, mode, per_stream, start) for sock in socks]
-            spans = [future.result() for future in futures]
-    finally:
-        for sock in socks:
-            sock.close()
-    cpu = None
-    if route.pid and cpu_before is not None:
-        cpu = CpuUsed.between(cpu_before, cpu_seconds(route.pid))
-    began = min(span[0] for span in spans)
-    ended = max(span[1] for span in spans)
-    return Throughput(streams, per_stream * streams, ended - began, cpu)
-
-
-# ---------------------------------------------------------------------------------------
-# Tunnel setup, idle tunnels, keep-alive HTTP: raw non-blocking sockets on the loop.
 
 
 async def _read_head(
@@ -252,7 +53,7 @@ async def _open_tunnel(loop: asyncio.AbstractEventLoop, route: Route, port: int)
         if route.proxy is not None:
             await loop.sock_sendall(sock, route.connect_request(port))
             head, rest = await _read_head(loop, sock, "CONNECT")
-            _check_established(route, port, head)
+            check_established(route, port, head)
             if rest:
                 raise ConnectionError(f"{len(rest)} unexpected bytes after the CONNECT answer")
         await loop.sock_sendall(sock, b"x")
@@ -262,22 +63,6 @@ async def _open_tunnel(loop: asyncio.AbstractEventLoop, route: Route, port: int)
         sock.close()
         raise
     return sock
-
-
-@dataclass(frozen=True)
-class CpuUsed:
-    """The proxy's CPU time over a phase: user and kernel (system) seconds."""
-
-    user: float
-    system: float
-
-    @classmethod
-    def between(cls, before: tuple[float, float], after: tuple[float, float]) -> CpuUsed:
-        return cls(after[0] - before[0], after[1] - before[1])
-
-    @property
-    def total(self) -> float:
-        return self.user + self.system
 
 
 @dataclass(frozen=True)
@@ -341,7 +126,7 @@ async def tunnel_rate(
             try:
                 sock = await _open_tunnel(loop, route, echo_port)
             except (OSError, BenchError) as exc:
-                errors.append(_error_text(exc))
+                errors.append(error_text(exc))
                 continue
             sock.close()
             latencies.append(time.perf_counter() - t0)
@@ -412,14 +197,14 @@ async def _open_many(
 
     async def one() -> None:
         async with gate:
-            for attempt in range(1, _ATTEMPTS + 1):
+            for attempt in range(1, ATTEMPTS + 1):
                 try:
                     opened.append(await _open_tunnel(loop, route, port))
                     return
                 except (OSError, BenchError) as exc:
-                    if errors is None or attempt == _ATTEMPTS:
+                    if errors is None or attempt == ATTEMPTS:
                         raise
-                    errors.append(_error_text(exc))
+                    errors.append(error_text(exc))
 
     try:
         async with asyncio.TaskGroup() as tasks:
@@ -451,7 +236,7 @@ class HttpRate:
 
 
 def _http_request(route: Route, port: int) -> bytes:
-    authority = f"{_TARGET_HOST}:{port}"
+    authority = f"{TARGET_HOST}:{port}"
     if route.proxy is None:
         return f"GET /bench HTTP/1.1\r\nHost: {authority}\r\n\r\n".encode()
     return (
@@ -540,8 +325,3 @@ async def http_rate(route: Route, http_port: int, *, connections: int, seconds: 
     if route.pid and cpu_before is not None:
         cpu = CpuUsed.between(cpu_before, await _settled_cpu(route.pid))
     return HttpRate(sum(counts), sum(reconnects), elapsed, cpu)
-
-
-def best_of(runs: int, measure: Callable[[], Throughput]) -> Throughput:
-    """The fastest of ``runs`` (other engineers share this machine: noise only slows)."""
-    return max((measure() for _ in range(runs)), key=lambda result: result.mb_per_s)

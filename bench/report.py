@@ -12,7 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
-from bench.measure import HttpRate, IdleMemory, Throughput, TunnelRate
+from bench.measure import HttpRate, IdleMemory, TunnelRate
+from bench.throughput import Throughput
 
 __all__ = ["TARGETS", "Results", "render_table", "summary"]
 
