@@ -48,6 +48,8 @@ def _is_ip(host: str) -> bool:
 
 def is_own_endpoint(address: str, port: int, own: Collection[ListenAddr]) -> bool:
     """Whether ``address:port`` reaches one of our listeners (``own``)."""
+    if not any(own_port == port for _, own_port in own):
+        return False  # the common case, decided without parsing anything
     try:
         ip = ipaddress.ip_address(address)
     except ValueError:

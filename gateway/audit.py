@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
@@ -69,6 +70,9 @@ class _DecisionLike(Protocol):
     def detail(self) -> str: ...
 
 
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Event:
     """Base of every audit event. Subclasses set ``TYPE`` and declare their fields."""
@@ -77,11 +81,10 @@ class Event:
 
     def data(self) -> dict[str, object]:
         """The event's fields as JSON-ready values (StrEnums become their value)."""
-        out: dict[str, object] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            out[f.name] = _plain(value)
-        return out
+        names = _FIELD_NAMES.get(type(self))
+        if names is None:
+            names = _FIELD_NAMES[type(self)] = tuple(f.name for f in fields(self))
+        return {name: _plain(getattr(self, name)) for name in names}
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -169,6 +172,8 @@ class PolicyReloaded(Event):
 
 def _plain(value: object) -> object:
     # StrEnum is a str subclass: json would write it fine, but keep the value exact.
+    if type(value) is str or value is None or type(value) is int:
+        return value
     if isinstance(value, str):
         return str(value)
     if isinstance(value, tuple | list):
@@ -184,6 +189,25 @@ def format_ts(moment: datetime) -> str:
 
 def _utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+class _FastTs:
+    """``format_ts(datetime.now(UTC))`` without strftime per event: the
+    second-resolution prefix is formatted once per second (hot path of the proxy)."""
+
+    __slots__ = ("_prefix", "_second")
+
+    def __init__(self) -> None:
+        self._second = -1
+        self._prefix = ""
+
+    def __call__(self) -> str:
+        now = time.time()
+        second = int(now)
+        if second != self._second:
+            self._second = second
+            self._prefix = time.strftime("%Y-%m-%dT%H:%M:%S.", time.gmtime(second))
+        return f"{self._prefix}{int((now - second) * 1000):03d}Z"
 
 
 class AuditLog:
@@ -203,6 +227,7 @@ class AuditLog:
         self.path = Path(path) if path is not None else None
         self.run_id = run_id
         self._clock = clock
+        self._fast_ts = _FastTs() if clock is _utcnow else None
         self._lock = threading.Lock()
         self._seq = 0
         self._secrets: list[str] = []
@@ -239,7 +264,7 @@ class AuditLog:
             self._seq += 1
             record = {
                 "seq": self._seq,
-                "ts": format_ts(self._clock()),
+                "ts": self._fast_ts() if self._fast_ts else format_ts(self._clock()),
                 "type": event.TYPE,
                 "run_id": self.run_id,
                 "data": data,

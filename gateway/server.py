@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import socket
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Self
@@ -441,34 +440,31 @@ class ProxyServer:
             return None
 
     async def _dial(self, addresses: tuple[str, ...], port: int) -> tuple[Endpoint, str]:
+        # Each address is an IP literal the guard checked: create_connection resolves a
+        # numeric host without a lookup, so the name is never looked up again.
         loop = asyncio.get_running_loop()
         last: UpstreamFailed = UpstreamFailed("error", "no address to dial")
         try:
             async with asyncio.timeout(self.config.connect_timeout):
                 for address in addresses:
-                    family = socket.AF_INET6 if ":" in address else socket.AF_INET
-                    sock = socket.socket(family, socket.SOCK_STREAM)
-                    sock.setblocking(False)
+                    upstream = Endpoint(on_lost=self.upstream_gone)
                     try:
-                        await loop.sock_connect(sock, (address, port))
+                        transport, _ = await loop.create_connection(
+                            lambda up=upstream: up,  # type: ignore[misc]  # binds this one
+                            address,
+                            port,
+                        )
                     except ConnectionRefusedError:
-                        sock.close()
                         last = UpstreamFailed("refused", f"connection refused by {address}")
                         continue
                     except OSError as exc:
-                        sock.close()
                         last = UpstreamFailed("error", f"{address}: {exc.strerror or exc}")
                         continue
-                    except BaseException:
-                        sock.close()
-                        raise
-                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                    local = sock.getsockname()
-                    upstream = Endpoint(on_lost=self.upstream_gone)
-                    upstream.local = (str(local[0]), int(local[1]))
-                    self._outbound.add(upstream.local)
-                    _OUTBOUND.add(upstream.local)
-                    await loop.create_connection(lambda up=upstream: up, sock=sock)  # type: ignore[misc]  # lambda default keeps the instance
+                    local = transport.get_extra_info("sockname")
+                    if local is not None:
+                        upstream.local = (str(local[0]), int(local[1]))
+                        self._outbound.add(upstream.local)
+                        _OUTBOUND.add(upstream.local)
                     return upstream, address
         except TimeoutError:
             raise UpstreamFailed("timeout", "connect timed out") from None
