@@ -41,12 +41,32 @@ def _unique(addresses: Iterable[str]) -> list[str]:
 
 
 class SystemResolver:
-    """``loop.getaddrinfo`` (the OS resolver: /etc/hosts, nsswitch, DNS)."""
+    """``loop.getaddrinfo`` (the OS resolver: /etc/hosts, nsswitch, DNS), with answers
+    kept for ``cache_ttl`` seconds (getaddrinfo runs in a thread pool and costs more
+    than the rest of a tunnel setup). Caching does not weaken the address guard: every
+    cached address is checked against the current policy on every use."""
 
-    __slots__ = ()
+    __slots__ = ("_cache", "_max", "_ttl")
+
+    def __init__(self, cache_ttl: float = 5.0, max_entries: int = 4096) -> None:
+        self._ttl = cache_ttl
+        self._cache: dict[str, tuple[float, list[str]]] = {}
+        self._max = max_entries
 
     async def resolve(self, host: str, port: int) -> list[str]:
         loop = asyncio.get_running_loop()
+        now = loop.time()
+        hit = self._cache.get(host)
+        if hit is not None and hit[0] > now:
+            return list(hit[1])
+        addresses = await self._lookup(loop, host, port)
+        if self._ttl > 0:
+            if len(self._cache) >= self._max:
+                self._cache.clear()
+            self._cache[host] = (now + self._ttl, addresses)
+        return list(addresses)
+
+    async def _lookup(self, loop: asyncio.AbstractEventLoop, host: str, port: int) -> list[str]:
         try:
             infos = await loop.getaddrinfo(
                 host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP

@@ -111,9 +111,11 @@ class ProxyServer:
         self._own: list[ListenAddr] = []
         self._outbound: set[tuple[str, int]] = set()  # ours, mirrored in _OUTBOUND
         self._clients: set[Endpoint] = set()
+        self._idle: set[Endpoint] = set()  # waiting for a request, nothing in flight
         self._tunnels: set[Tunnel] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._sweeper: asyncio.TimerHandle | None = None
+        self._drained: asyncio.Future[None] | None = None  # set while stop() waits
         self._started = 0.0
         self.connections_served = 0
 
@@ -150,15 +152,21 @@ class ProxyServer:
         server.close()
         if self._sweeper is not None:
             self._sweeper.cancel()
+        for client in list(self._idle):
+            client.close()
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.config.drain_timeout
-        while (self._tasks or self._tunnels) and loop.time() < deadline:
-            waiters: list[asyncio.Future[Any]] = list(self._tasks)
-            if not waiters:
-                # tunnels end by callbacks; poll their set on a short timer
-                await asyncio.sleep(0.05)
-                continue
-            await asyncio.wait(waiters, timeout=deadline - loop.time())
+        # Drain: handshakes and forwarded requests in flight finish, tunnels get the
+        # same grace; whatever is left after drain_timeout is aborted.
+        try:
+            async with asyncio.timeout(self.config.drain_timeout):
+                while self._tasks or self._tunnels:
+                    if self._tasks:
+                        await asyncio.wait(list(self._tasks))
+                    else:
+                        self._drained = loop.create_future()
+                        await self._drained
+        except TimeoutError:
+            pass
         for task in list(self._tasks):
             task.cancel()
         for tunnel in list(self._tunnels):
@@ -261,6 +269,8 @@ class ProxyServer:
     def tunnel_done(self, tunnel: Tunnel) -> None:
         self._tunnels.discard(tunnel)
         self._emit(tunnel.event())
+        if not self._tunnels and self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
 
     def _emit(self, event: Any) -> None:
         try:
@@ -326,6 +336,7 @@ class ProxyServer:
             # Between keep-alive requests a quiet client may idle; once bytes come, the
             # whole head must arrive within the header timeout (slowloris).
             wait = self.config.header_timeout if first else self.config.idle_timeout
+            self._idle.add(client)  # stop() closes idle clients at once
             try:
                 async with asyncio.timeout(wait):
                     await client.wait_data()
@@ -333,6 +344,8 @@ class ProxyServer:
                 if first:
                     raise RequestRejected(408, "request head not received in time") from None
                 return None
+            finally:
+                self._idle.discard(client)
         try:
             async with asyncio.timeout(self.config.header_timeout):
                 while True:
