@@ -69,5 +69,5 @@ async def test_system_resolver_localhost_and_cache() -> None:
 
 async def test_system_resolver_failure_is_resolve_failed() -> None:
     resolver = SystemResolver(cache_ttl=0)
-    with pytest.raises(ResolveFailed, match="does-not-exist.invalid"):
+    with pytest.raises(ResolveFailed, match=r"does-not-exist\.invalid"):
         await resolver.resolve("does-not-exist.invalid", 443)
