@@ -96,6 +96,9 @@ def _connection_tokens(headers: Headers) -> set[str]:
 
 
 def _authority(host: str, port: int) -> str:
+    """The Host header for the decided destination (RFC 9110 §7.2; IPv6 in brackets)."""
+    if ":" in host:
+        host = f"[{host}]"
     return host if port == 80 else f"{host}:{port}"
 
 

@@ -7,14 +7,20 @@ import asyncio
 import base64
 import http.client
 import json
+import socket
+import threading
 import urllib.request
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.gateway.gw_support import (
     TOKEN,
     MakeProxy,
     Origin,
+    _Origin,
     auth_header,
     curl,
     open_raw,
@@ -193,3 +199,25 @@ async def test_websocket_upgrade_becomes_a_tunnel(
     writer.close()
     event = await proxy.wait_event("network_connection")
     assert event["data"]["method"] == "GET"
+
+
+class _V6Server(ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+
+
+async def test_ipv6_origin_gets_a_bracketed_host_header(make_proxy: MakeProxy) -> None:
+    try:
+        server = _V6Server(("::1", 0), _Origin)
+    except OSError:
+        pytest.skip("no IPv6 loopback on this host")
+    port = server.server_address[1]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        proxy = await make_proxy([f"[::1]:{port}"])
+        rc, out, err = await curl("-x", proxy.url, f"http://[::1]:{port}/six")
+        assert rc == 0, err
+        assert json.loads(out)["headers"]["host"] == f"[::1]:{port}"
+    finally:
+        server.shutdown()
+        server.server_close()
