@@ -20,10 +20,8 @@ connection is closed: nothing is let through by an error.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Coroutine
-from dataclasses import dataclass, field
 from typing import Any, Self
 
 from gateway.admission import Admission, ListenAddr, admit
@@ -36,8 +34,9 @@ from gateway.audit import (
     ProxyStopped,
 )
 from gateway.auth import PROXY_USER, is_authorized
+from gateway.config import ProxyConfig
+from gateway.dialer import Dialer, UpstreamFailed, came_from_us
 from gateway.parser import (
-    MAX_HEAD_BYTES,
     RequestHead,
     RequestRejected,
     find_head_end,
@@ -53,29 +52,6 @@ __all__ = ["ProxyConfig", "ProxyServer"]
 
 log = logging.getLogger("netwarden.proxy")
 
-# Local (ip, port) of every upstream socket any proxy in this process has open. A client
-# arriving FROM one of them is a request looping back into us (directly, or through
-# another netwarden proxy of this process): refused with proxy_loop.
-_OUTBOUND: set[tuple[str, int]] = set()
-
-
-@dataclass(kw_only=True)
-class ProxyConfig:
-    policy: Policy
-    listen_host: str = "127.0.0.1"
-    listen_port: int = 0
-    run_id: str = "run"
-    token: str | None = field(default=None, repr=False)  # None: no proxy auth (--no-auth)
-    audit: AuditLog | None = None  # None: events discarded
-    resolver: Resolver | None = None  # None: the system resolver
-    connect_handler: ConnectHandler | None = None  # None: plain tunnel
-    max_connections: int = 4096
-    connect_timeout: float = 10.0
-    idle_timeout: float = 300.0
-    header_timeout: float = 10.0
-    max_header_bytes: int = MAX_HEAD_BYTES
-    drain_timeout: float = 5.0
-
 
 class _Client(Endpoint):
     __slots__ = ("server",)
@@ -89,15 +65,6 @@ class _Client(Endpoint):
         self.server._accepted(self)
 
 
-class UpstreamFailed(Exception):
-    """Dialing failed; ``code`` is dns|refused|timeout|reset|error."""
-
-    def __init__(self, code: str, detail: str) -> None:
-        self.code = code
-        self.detail = detail
-        super().__init__(detail)
-
-
 class ProxyServer:
     def __init__(self, config: ProxyConfig) -> None:
         self.config = config
@@ -109,7 +76,7 @@ class ProxyServer:
         self.connect_handler: ConnectHandler = config.connect_handler or TunnelHandler()
         self._server: asyncio.Server | None = None
         self._own: list[ListenAddr] = []
-        self._outbound: set[tuple[str, int]] = set()  # ours, mirrored in _OUTBOUND
+        self.dialer = Dialer(config.connect_timeout)
         self._clients: set[Endpoint] = set()
         self._idle: set[Endpoint] = set()  # waiting for a request, nothing in flight
         self._tunnels: set[Tunnel] = set()
@@ -177,8 +144,7 @@ class ProxyServer:
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=1.0)
         await server.wait_closed()
-        _OUTBOUND.difference_update(self._outbound)
-        self._outbound.clear()
+        self.dialer.close()
         self.audit.emit(
             ProxyStopped(
                 listen=self._listen_text(),
@@ -262,9 +228,7 @@ class ProxyServer:
         self._clients.discard(client)
 
     def upstream_gone(self, upstream: Endpoint) -> None:
-        if upstream.local is not None:
-            self._outbound.discard(upstream.local)
-            _OUTBOUND.discard(upstream.local)
+        self.dialer.forget(upstream)
 
     def tunnel_done(self, tunnel: Tunnel) -> None:
         self._tunnels.discard(tunnel)
@@ -363,7 +327,7 @@ class ProxyServer:
     def _screen(self, client: Endpoint, head: RequestHead) -> bool:
         """Loop defence on the client side, then proxy auth. False: answered and done."""
         peer = client.transport.get_extra_info("peername") if client.transport else None
-        if peer is not None and (str(peer[0]), int(peer[1])) in _OUTBOUND:
+        if peer is not None and came_from_us((str(peer[0]), int(peer[1]))):
             self.refuse(
                 client,
                 deny(
@@ -443,7 +407,7 @@ class ProxyServer:
     ) -> tuple[Endpoint, str] | None:
         """Connect to the first reachable checked address; on failure answer 502/504."""
         try:
-            return await self._dial(admission.addresses, port)
+            return await self.dialer.dial(admission.addresses, port)
         except UpstreamFailed as exc:
             self._emit(
                 NetworkError(host=host, port=port, error=exc.detail, code=exc.code, method=method)
@@ -451,37 +415,6 @@ class ProxyServer:
             status = 504 if exc.code == "timeout" else 502
             client.write(reply(status, f"cannot reach {host}:{port}: {exc.detail}", code=exc.code))
             return None
-
-    async def _dial(self, addresses: tuple[str, ...], port: int) -> tuple[Endpoint, str]:
-        # Each address is an IP literal the guard checked: create_connection resolves a
-        # numeric host without a lookup, so the name is never looked up again.
-        loop = asyncio.get_running_loop()
-        last: UpstreamFailed = UpstreamFailed("error", "no address to dial")
-        try:
-            async with asyncio.timeout(self.config.connect_timeout):
-                for address in addresses:
-                    upstream = Endpoint(on_lost=self.upstream_gone)
-                    try:
-                        transport, _ = await loop.create_connection(
-                            lambda up=upstream: up,  # type: ignore[misc]  # binds this one
-                            address,
-                            port,
-                        )
-                    except ConnectionRefusedError:
-                        last = UpstreamFailed("refused", f"connection refused by {address}")
-                        continue
-                    except OSError as exc:
-                        last = UpstreamFailed("error", f"{address}: {exc.strerror or exc}")
-                        continue
-                    local = transport.get_extra_info("sockname")
-                    if local is not None:
-                        upstream.local = (str(local[0]), int(local[1]))
-                        self._outbound.add(upstream.local)
-                        _OUTBOUND.add(upstream.local)
-                    return upstream, address
-        except TimeoutError:
-            raise UpstreamFailed("timeout", "connect timed out") from None
-        raise last
 
     def start_tunnel(
         self,
@@ -498,11 +431,3 @@ class ProxyServer:
             self, client, upstream, host, port, address, admission.decision.rule, method
         )
         self._tunnels.add(tunnel)
-
-
-async def serve_until(server: ProxyServer, stop: asyncio.Event) -> None:
-    """Run ``server`` until ``stop`` is set, then drain."""
-    async with server:
-        await stop.wait()
-    with contextlib.suppress(Exception):
-        server.audit.close()

@@ -213,6 +213,6 @@ async def test_a_thousand_concurrent_tunnels_no_error_no_leak(
     assert sum(e["type"] == "network_connection" for e in events) == count + 1
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
     assert not proxy.server._clients
-    assert not proxy.server._outbound
+    assert proxy.server.dialer.open_count == 0
     await echo.wait_idle()
     assert _open_fds() <= before
