@@ -20,6 +20,11 @@ image: $(STAMP) docker
 	@$(VENV)/bin/netwarden image build
 
 run: $(STAMP) docker
+	@echo "== policy verdicts (agent-default preset, no DNS): exit 3 means some were denied"
+	@$(VENV)/bin/netwarden policy check --preset agent-default \
+		api.anthropic.com pypi.org evil.example 0xA9FEA9FE '[::ffff:127.0.0.1]' api.openai.com:8443; \
+		test $$? -eq 3
+	@echo
 	@$(PY) -m gateway.demo
 
 lint: $(STAMP)
