@@ -11,11 +11,13 @@ The order is the DNS-rebinding defence of DESIGN.md "Address guard":
 5. the caller dials only ``Admission.addresses``, never the name again.
 
 Any exception on the way is a deny with ``Code.DECISION_ERROR``: never an allow.
-A resolver failure is not a policy decision: it raises ``ResolveFailed`` (502).
+A resolver failure is not a policy decision: it raises ``ResolveFailed`` (502), or
+``TimeoutError`` after ``lookup_timeout`` (504).
 """
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -76,6 +78,7 @@ async def admit(
     *,
     resolver: Resolver,
     own: Collection[ListenAddr] = (),
+    lookup_timeout: float = 10.0,
 ) -> Admission:
     try:
         decision = policy.decide(host, port)
@@ -85,7 +88,8 @@ async def admit(
         if _is_ip(canonical):
             addresses = [canonical]
         else:
-            addresses = await resolver.resolve(canonical, port)
+            async with asyncio.timeout(lookup_timeout):
+                addresses = await resolver.resolve(canonical, port)
         checked = policy.check_addresses(canonical, port, addresses)
         if not checked.allowed:
             return Admission(checked)
@@ -101,8 +105,8 @@ async def admit(
                     )
                 )
         return Admission(decision, tuple(addresses))
-    except ResolveFailed:
-        raise
+    except (ResolveFailed, TimeoutError):
+        raise  # not a policy decision: the caller answers 502/504
     except Exception as exc:  # fail closed: an error in deciding is a deny
         return Admission(
             deny(

@@ -295,14 +295,22 @@ class ProxyServer:
                 client.close()
 
     async def _read_head(self, client: Endpoint, *, first: bool) -> RequestHead | None:
+        """The next request head, or None when the client is done (EOF or idle).
+
+        The first head must be complete within ``header_timeout`` of the connection;
+        between keep-alive requests a client may idle for ``idle_timeout``, and once
+        its next bytes arrive the head must be complete within ``header_timeout``
+        (slowloris). The common case, a whole head in one segment, takes no timer.
+        """
         limit = self.config.max_header_bytes
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.header_timeout
         if not client.buffer and not client.eof:
-            # Between keep-alive requests a quiet client may idle; once bytes come, the
-            # whole head must arrive within the header timeout (slowloris).
-            wait = self.config.header_timeout if first else self.config.idle_timeout
             self._idle.add(client)  # stop() closes idle clients at once
             try:
-                async with asyncio.timeout(wait):
+                async with asyncio.timeout_at(
+                    deadline if first else loop.time() + self.config.idle_timeout
+                ):
                     await client.wait_data()
             except TimeoutError:
                 if first:
@@ -310,17 +318,22 @@ class ProxyServer:
                 return None
             finally:
                 self._idle.discard(client)
+            if not first:
+                deadline = loop.time() + self.config.header_timeout
+        end = find_head_end(client.buffer, max_size=limit)
+        if end is not None:
+            return parse_request_head(client.take(end))
         try:
-            async with asyncio.timeout(self.config.header_timeout):
+            async with asyncio.timeout_at(deadline):
                 while True:
-                    end = find_head_end(client.buffer, max_size=limit)
-                    if end is not None:
-                        return parse_request_head(client.take(end))
                     if client.eof:
                         if client.buffer:
                             raise RequestRejected(400, "connection closed in the middle of a head")
                         return None
                     await client.wait_data()
+                    end = find_head_end(client.buffer, max_size=limit)
+                    if end is not None:
+                        return parse_request_head(client.take(end))
         except TimeoutError:
             raise RequestRejected(408, "request head not received in time") from None
 
@@ -366,10 +379,14 @@ class ProxyServer:
     async def admit(self, client: Endpoint, head: RequestHead) -> Admission | None:
         """Admission for ``head``'s destination, or None after answering the refusal."""
         try:
-            async with asyncio.timeout(self.config.connect_timeout):
-                admission = await admit(
-                    self.policy, head.host, head.port, resolver=self.resolver, own=self._own
-                )
+            admission = await admit(
+                self.policy,
+                head.host,
+                head.port,
+                resolver=self.resolver,
+                own=self._own,
+                lookup_timeout=self.config.connect_timeout,
+            )
         except ResolveFailed as exc:
             self._emit(
                 NetworkError(
