@@ -5,10 +5,13 @@ Every address handed to ``Dialer.dial`` is an IP literal the address guard check
 ``create_connection`` resolves a numeric host without a lookup, so the destination name
 is never looked up again (DNS-rebinding defence, DESIGN.md "Address guard").
 
-Loop defence, second half: the local (ip, port) of every upstream socket any proxy in
-this process has open is kept in one registry. A client that arrives FROM one of them is
-a request looping back into us, directly or through another netwarden proxy of this
-process (``came_from_us``).
+Loop defence, second half: the (local, remote) address pair of every upstream socket any
+proxy in this process has open is kept in one registry. An accepted client whose
+(peer, our address) is such a pair is our own outbound connection arriving at one of our
+listeners: a request looping back into us, directly or through another netwarden proxy
+of this process (``came_from_us``). The whole pair is the key because Linux hands the
+same ephemeral port to connections toward different destinations: a local address alone
+would mistake an ordinary client for a loop.
 """
 
 from __future__ import annotations
@@ -18,13 +21,23 @@ from typing import Final
 
 from gateway.relay import Endpoint
 
-__all__ = ["Dialer", "UpstreamFailed", "came_from_us"]
+__all__ = ["Addr", "Dialer", "UpstreamFailed", "addr_of", "came_from_us"]
 
-_OUTBOUND: Final[set[tuple[str, int]]] = set()
+Addr = tuple[str, int]
+_OUTBOUND: Final[set[tuple[Addr, Addr]]] = set()
 
 
-def came_from_us(peer: tuple[str, int]) -> bool:
-    return peer in _OUTBOUND
+def addr_of(name: object) -> Addr | None:
+    """``(ip, port)`` of a socket name (IPv4-mapped IPv6 folded to IPv4), or None."""
+    if not isinstance(name, tuple) or len(name) < 2:
+        return None
+    host = str(name[0]).removeprefix("::ffff:")
+    return host, int(name[1])
+
+
+def came_from_us(peer: Addr, sockname: Addr) -> bool:
+    """Whether an accepted connection (``peer`` -> our ``sockname``) is one we dialed."""
+    return (peer, sockname) in _OUTBOUND
 
 
 class UpstreamFailed(Exception):
@@ -41,7 +54,7 @@ class Dialer:
 
     def __init__(self, connect_timeout: float) -> None:
         self.timeout = connect_timeout
-        self._mine: set[tuple[str, int]] = set()
+        self._mine: set[tuple[Addr, Addr]] = set()
 
     @property
     def open_count(self) -> int:
@@ -68,9 +81,10 @@ class Dialer:
                     except OSError as exc:
                         last = UpstreamFailed("error", f"{address}: {exc.strerror or exc}")
                         continue
-                    local = transport.get_extra_info("sockname")
-                    if local is not None:
-                        upstream.local = (str(local[0]), int(local[1]))
+                    local = addr_of(transport.get_extra_info("sockname"))
+                    remote = addr_of(transport.get_extra_info("peername"))
+                    if local is not None and remote is not None:
+                        upstream.local = (local, remote)
                         self._mine.add(upstream.local)
                         _OUTBOUND.add(upstream.local)
                     return upstream, address

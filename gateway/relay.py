@@ -55,7 +55,8 @@ class Endpoint(asyncio.Protocol):
         self._read_paused = False
         self._write_paused = False
         self.on_lost = on_lost
-        self.local: tuple[str, int] | None = None  # our socket's own address (loop defence)
+        # (our address, peer address) of a dialed socket (loop defence, dialer.py)
+        self.local: tuple[tuple[str, int], tuple[str, int]] | None = None
 
     # -- asyncio.Protocol callbacks ------------------------------------------------
 

@@ -35,7 +35,7 @@ from gateway.audit import (
 )
 from gateway.auth import PROXY_USER, is_authorized
 from gateway.config import ProxyConfig
-from gateway.dialer import Dialer, UpstreamFailed, came_from_us
+from gateway.dialer import Dialer, UpstreamFailed, addr_of, came_from_us
 from gateway.parser import (
     RequestHead,
     RequestRejected,
@@ -339,8 +339,10 @@ class ProxyServer:
 
     def _screen(self, client: Endpoint, head: RequestHead) -> bool:
         """Loop defence on the client side, then proxy auth. False: answered and done."""
-        peer = client.transport.get_extra_info("peername") if client.transport else None
-        if peer is not None and came_from_us((str(peer[0]), int(peer[1]))):
+        transport = client.transport
+        peer = addr_of(transport.get_extra_info("peername")) if transport else None
+        ours = addr_of(transport.get_extra_info("sockname")) if transport else None
+        if peer is not None and ours is not None and came_from_us(peer, ours):
             self.refuse(
                 client,
                 deny(

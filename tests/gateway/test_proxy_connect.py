@@ -8,6 +8,7 @@ import base64
 
 import pytest
 
+from gateway.dialer import Dialer, addr_of, came_from_us
 from policy import Mode
 from tests.gateway.gw_support import (
     TOKEN,
@@ -309,3 +310,19 @@ async def test_a_request_arriving_from_our_own_outbound_socket_is_refused(
     assert status == 403
     assert headers["x-netwarden-reason"] == "proxy_loop"
     assert b.events("network_blocked")[0]["data"]["code"] == "proxy_loop"
+
+
+async def test_loop_registry_keys_on_the_whole_address_pair(echo: Echo) -> None:
+    """Linux reuses an ephemeral port toward different destinations: a client whose
+    address equals one of our outbound sockets' local address is NOT a loop unless it
+    also arrived at that socket's remote address."""
+    dialer = Dialer(connect_timeout=5)
+    upstream, _ = await dialer.dial(("127.0.0.1",), echo.port)
+    assert upstream.local is not None
+    local, remote = upstream.local
+    assert came_from_us(local, remote)
+    assert not came_from_us(local, ("127.0.0.1", remote[1] + 1))
+    assert addr_of(("::ffff:" + local[0], local[1], 0, 0)) == local  # mapped form folds
+    upstream.close()
+    dialer.close()
+    assert not came_from_us(local, remote)
