@@ -4,6 +4,7 @@ through it, SIGHUP reloads (valid and invalid), SIGTERM drain, IPv6 listen, bad 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -294,3 +295,37 @@ async def test_events_errors(tmp_path: Path) -> None:
     out, _ = await proc.communicate()
     assert proc.returncode == 0
     assert len(out.splitlines()) == 2
+
+
+async def test_sigkill_mid_traffic_leaves_only_whole_lines(tmp_path: Path) -> None:
+    policy = _policy(tmp_path / "p.yaml", "allowed.test")
+    events = tmp_path / "events.jsonl"
+    async with cli_proxy("--policy", str(policy), "--no-auth", events=events) as px:
+        port = int(px.url.rsplit(":", 1)[1])
+
+        answered = 0
+        enough = asyncio.Event()
+
+        async def refused(i: int) -> None:
+            nonlocal answered
+            with contextlib.suppress(ConnectionError):  # the proxy dies under us
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.write(f"CONNECT blocked-{i}.test:443 HTTP/1.1\r\n\r\n".encode())
+                await reader.read()
+                writer.close()
+                answered += 1
+                if answered == 100:
+                    enough.set()
+
+        async with asyncio.TaskGroup() as group:
+            for i in range(400):
+                group.create_task(refused(i))
+            await asyncio.wait_for(enough.wait(), 20)
+            px.proc.kill()  # mid-traffic: some requests are still in flight
+        await px.proc.wait()
+    raw = events.read_bytes()
+    assert raw.endswith(b"\n")
+    lines = raw.splitlines()
+    assert len(lines) >= 101  # proxy_started and the refusals answered before the kill
+    for line in lines:
+        assert json.loads(line)["type"] in ("proxy_started", "network_blocked")
