@@ -179,15 +179,21 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return EXIT_OK if decision.allowed else EXIT_DENIED
 
 
-def cmd_lint(args: argparse.Namespace) -> int:
-    status = EXIT_OK
-    for file in args.files:
+def _load_all(files: list[str]) -> tuple[list[Policy], bool]:
+    """Load every file, printing each load error; the policies and whether all loaded."""
+    policies = []
+    for file in files:
         try:
-            policy = load_policy(file)
+            policies.append(load_policy(file))
         except PolicyError as exc:
             print(f"error: {exc}")
-            status = EXIT_FAILED
-            continue
+    return policies, len(policies) == len(files)
+
+
+def cmd_lint(args: argparse.Namespace) -> int:
+    policies, all_loaded = _load_all(args.files)
+    status = EXIT_OK if all_loaded else EXIT_FAILED
+    for policy in policies:
         findings = lint_policy(policy)
         for finding in findings:
             print(finding)
@@ -199,14 +205,9 @@ def cmd_lint(args: argparse.Namespace) -> int:
 
 
 def cmd_test(args: argparse.Namespace) -> int:
-    status = EXIT_OK
-    for file in args.files:
-        try:
-            policy = load_policy(file)
-        except PolicyError as exc:
-            print(f"error: {exc}")
-            status = EXIT_FAILED
-            continue
+    policies, all_loaded = _load_all(args.files)
+    status = EXIT_OK if all_loaded else EXIT_FAILED
+    for policy in policies:
         failed = 0
         for case in policy.tests:
             decision = decide_dest(policy, case.dest)
