@@ -11,11 +11,11 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import Iterable, Mapping
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from policy.errors import GatewayError
 
-__all__ = ["ResolveFailed", "Resolver", "StaticResolver", "SystemResolver"]
+__all__ = ["CachingResolver", "ResolveFailed", "Resolver", "StaticResolver", "SystemResolver"]
 
 
 class ResolveFailed(GatewayError):
@@ -30,6 +30,16 @@ class ResolveFailed(GatewayError):
 class Resolver(Protocol):
     async def resolve(self, host: str, port: int) -> list[str]:
         """Addresses of ``host`` (a canonical name, never an IP literal); raises ResolveFailed."""
+        ...
+
+
+@runtime_checkable
+class CachingResolver(Resolver, Protocol):
+    """A resolver that can answer from memory without a coroutine. The CONNECT fast
+    path (server.py) asks ``cached`` first and only awaits ``resolve`` on a miss."""
+
+    def cached(self, host: str) -> list[str] | None:
+        """The answer still held for ``host`` (a copy), or None: never a lookup."""
         ...
 
 
@@ -52,6 +62,12 @@ class SystemResolver:
         self._ttl = cache_ttl
         self._cache: dict[str, tuple[float, list[str]]] = {}
         self._max = max_entries
+
+    def cached(self, host: str) -> list[str] | None:
+        hit = self._cache.get(host)
+        if hit is not None and hit[0] > asyncio.get_running_loop().time():
+            return list(hit[1])
+        return None
 
     async def resolve(self, host: str, port: int) -> list[str]:
         loop = asyncio.get_running_loop()

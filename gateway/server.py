@@ -24,7 +24,7 @@ import logging
 from collections.abc import Coroutine
 from typing import Any, Self
 
-from gateway.admission import Admission, ListenAddr, admit
+from gateway.admission import Admission, ListenAddr, admit, admit_now
 from gateway.audit import (
     AuditLog,
     NetworkBlocked,
@@ -35,7 +35,7 @@ from gateway.audit import (
 )
 from gateway.auth import PROXY_USER, is_authorized
 from gateway.config import ProxyConfig
-from gateway.dialer import Dialer, UpstreamFailed, addr_of, came_from_us
+from gateway.dialer import Dialed, Dialer, UpstreamFailed, addr_of, came_from_us
 from gateway.parser import (
     RequestHead,
     RequestRejected,
@@ -43,8 +43,8 @@ from gateway.parser import (
     parse_request_head,
 )
 from gateway.relay import Endpoint
-from gateway.replies import reply
-from gateway.resolver import ResolveFailed, Resolver, SystemResolver
+from gateway.replies import CONNECT_ESTABLISHED, reply
+from gateway.resolver import CachingResolver, ResolveFailed, Resolver, SystemResolver
 from gateway.tunnel import ConnectContext, ConnectHandler, Tunnel, TunnelHandler
 from policy import Code, Decision, Policy, PolicyError, deny, load_policy
 
@@ -54,15 +54,39 @@ log = logging.getLogger("netwarden.proxy")
 
 
 class _Client(Endpoint):
-    __slots__ = ("server",)
+    """A client connection. Until its first request head is complete it is driven by
+    callbacks (``ProxyServer._greet``), with one timer for the header deadline: a
+    CONNECT that needs no lookup becomes a tunnel without any coroutine (a task per
+    client was most of the Python cost of a new tunnel). Anything else gets a task.
+    """
+
+    __slots__ = ("greeting", "server", "timer")
 
     def __init__(self, server: ProxyServer) -> None:
         super().__init__(on_lost=server.client_gone)
         self.server = server
+        self.greeting = True
+        self.timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         self.server._accepted(self)
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self.greeting:
+            self.server._greet(self)
+
+    def eof_received(self) -> bool:
+        keep = super().eof_received()
+        if self.greeting:
+            self.server._greet(self)
+        return keep
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        super().connection_lost(exc)
 
 
 class ProxyServer:
@@ -74,12 +98,18 @@ class ProxyServer:
             self.audit.add_secret(config.token)
         self.resolver: Resolver = config.resolver or SystemResolver()
         self.connect_handler: ConnectHandler = config.connect_handler or TunnelHandler()
+        # The plain tunnel has a callback-driven fast path; another handler gets a task.
+        self._fast_connect = type(self.connect_handler) is TunnelHandler
+        self._cached = (
+            self.resolver.cached if isinstance(self.resolver, CachingResolver) else _no_cache
+        )
         self._server: asyncio.Server | None = None
         self._own: list[ListenAddr] = []
         self.dialer = Dialer(config.connect_timeout)
         self._clients: set[Endpoint] = set()
         self._idle: set[Endpoint] = set()  # waiting for a request, nothing in flight
         self._tunnels: set[Tunnel] = set()
+        self._handshakes: set[Endpoint] = set()  # fast-path clients waiting for a dial
         self._tasks: set[asyncio.Task[None]] = set()
         self._sweeper: asyncio.TimerHandle | None = None
         self._drained: asyncio.Future[None] | None = None  # set while stop() waits
@@ -126,7 +156,7 @@ class ProxyServer:
         # same grace; whatever is left after drain_timeout is aborted.
         try:
             async with asyncio.timeout(self.config.drain_timeout):
-                while self._tasks or self._tunnels:
+                while self._tasks or self._tunnels or self._handshakes:
                     if self._tasks:
                         await asyncio.wait(list(self._tasks))
                     else:
@@ -136,6 +166,7 @@ class ProxyServer:
             pass
         for task in list(self._tasks):
             task.cancel()
+        self.dialer.cancel_pending()
         for tunnel in list(self._tunnels):
             tunnel.client.abort()
             tunnel.upstream.abort()
@@ -211,13 +242,17 @@ class ProxyServer:
 
     def _accepted(self, client: _Client) -> None:
         if self._server is None or len(self._clients) >= self.config.max_connections:
+            client.greeting = False
             client.write(reply(503, "proxy is at its connection limit; retry later"))
             client.close()
             client.on_lost = None
             return
         self._clients.add(client)
         self.connections_served += 1
-        self.spawn(self._serve(client))
+        self._idle.add(client)  # stop() closes clients still waiting for a head at once
+        client.timer = asyncio.get_running_loop().call_later(
+            self.config.header_timeout, self._head_timeout, client
+        )
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -233,8 +268,14 @@ class ProxyServer:
     def tunnel_done(self, tunnel: Tunnel) -> None:
         self._tunnels.discard(tunnel)
         self._emit(tunnel.event())
-        if not self._tunnels and self._drained is not None and not self._drained.done():
-            self._drained.set_result(None)
+        self._settle()
+
+    def _settle(self) -> None:
+        """Wake stop() once no tunnel and no fast-path handshake is left."""
+        drained = self._drained
+        busy = self._tunnels or self._handshakes
+        if drained is not None and not drained.done() and not busy:
+            drained.set_result(None)
 
     def _emit(self, event: Any) -> None:
         try:
@@ -259,24 +300,26 @@ class ProxyServer:
 
     # -- serving one client ----------------------------------------------------------------
 
-    async def _serve(self, client: Endpoint) -> None:
+    async def _serve(self, client: Endpoint, first: RequestHead) -> None:
+        """Serve ``client`` from its first head on (everything but the fast path)."""
         from gateway.forward import Outcome, Session, forward
 
         session = Session()
         handed_off = False
         try:
-            first = True
+            head: RequestHead | None = first
             while True:
-                head = await self._read_head(client, first=first)
-                first = False
                 if head is None:
-                    return
+                    head = await self._read_head(client)
+                    if head is None:
+                        return
                 if not self._screen(client, head):
                     return
                 if head.is_connect:
                     handed_off = await self._connect(client, head)
                     return
                 outcome = await forward(self, session, client, head)
+                head = None
                 if outcome is Outcome.HANDED_OFF:
                     handed_off = True
                     return
@@ -294,32 +337,26 @@ class ProxyServer:
             if not handed_off:
                 client.close()
 
-    async def _read_head(self, client: Endpoint, *, first: bool) -> RequestHead | None:
-        """The next request head, or None when the client is done (EOF or idle).
+    async def _read_head(self, client: Endpoint) -> RequestHead | None:
+        """The next keep-alive request head, or None when the client is done (EOF or idle).
 
-        The first head must be complete within ``header_timeout`` of the connection;
-        between keep-alive requests a client may idle for ``idle_timeout``, and once
-        its next bytes arrive the head must be complete within ``header_timeout``
+        Between keep-alive requests a client may idle for ``idle_timeout``; once its
+        next bytes arrive the head must be complete within ``header_timeout``
         (slowloris). The common case, a whole head in one segment, takes no timer.
+        (The first head is read by callbacks: ``_greet``.)
         """
         limit = self.config.max_header_bytes
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.config.header_timeout
         if not client.buffer and not client.eof:
             self._idle.add(client)  # stop() closes idle clients at once
             try:
-                async with asyncio.timeout_at(
-                    deadline if first else loop.time() + self.config.idle_timeout
-                ):
+                async with asyncio.timeout(self.config.idle_timeout):
                     await client.wait_data()
             except TimeoutError:
-                if first:
-                    raise RequestRejected(408, "request head not received in time") from None
                 return None
             finally:
                 self._idle.discard(client)
-            if not first:
-                deadline = loop.time() + self.config.header_timeout
+        deadline = loop.time() + self.config.header_timeout
         end = find_head_end(client.buffer, max_size=limit)
         if end is not None:
             return parse_request_head(client.take(end))
@@ -336,6 +373,114 @@ class ProxyServer:
                         return parse_request_head(client.take(end))
         except TimeoutError:
             raise RequestRejected(408, "request head not received in time") from None
+
+    # -- the first head, by callbacks ------------------------------------------------
+
+    def _greet(self, client: _Client) -> None:
+        """Bytes (or EOF) arrived before the first head was complete."""
+        try:
+            end = find_head_end(client.buffer, max_size=self.config.max_header_bytes)
+            if end is None:
+                if client.eof:
+                    self._greeted(client)
+                    if client.buffer:
+                        client.write(reply(400, "connection closed in the middle of a head"))
+                    client.close()
+                return
+            self._greeted(client)
+            head = parse_request_head(client.take(end))
+            if head.is_connect and self._fast_connect:
+                self._connect_now(client, head)
+            else:
+                self.spawn(self._serve(client, head))
+        except RequestRejected as exc:
+            self._greeted(client)
+            client.write(reply(exc.status, exc.detail))
+            client.close()
+        except Exception:  # fail closed: nothing is let through by an error
+            log.exception("error while serving a client; connection closed")
+            self._greeted(client)
+            client.write(reply(500, "internal proxy error; the request was not forwarded"))
+            client.close()
+
+    def _greeted(self, client: _Client) -> None:
+        client.greeting = False
+        self._idle.discard(client)
+        if client.timer is not None:
+            client.timer.cancel()
+            client.timer = None
+
+    def _head_timeout(self, client: _Client) -> None:
+        client.timer = None
+        if client.greeting:
+            self._greeted(client)
+            client.write(reply(408, "request head not received in time"))
+            client.close()
+
+    def _connect_now(self, client: Endpoint, head: RequestHead) -> None:
+        """CONNECT without a coroutine when the destination needs no lookup."""
+        if not self._screen(client, head):
+            client.close()
+            return
+        admission = admit_now(self.policy, head.host, head.port, cached=self._cached, own=self._own)
+        if admission is None:  # the name needs a lookup
+            self.spawn(self._connect_after_lookup(client, head))
+        elif not admission.allowed:
+            self.refuse(client, admission.decision, head.method)
+            client.close()
+        else:
+            self._dial_now(client, head, admission)
+
+    async def _connect_after_lookup(self, client: Endpoint, head: RequestHead) -> None:
+        try:
+            admission = await self.admit(client, head)
+        except asyncio.CancelledError:
+            client.close()
+            raise
+        except Exception:
+            log.exception("error while serving a client; connection closed")
+            client.write(reply(500, "internal proxy error; the request was not forwarded"))
+            admission = None
+        if admission is None:
+            client.close()  # admit() answered the refusal
+        else:
+            self._dial_now(client, head, admission)
+
+    def _dial_now(self, client: Endpoint, head: RequestHead, admission: Admission) -> None:
+        host = admission.decision.host
+        port = head.port
+        self._handshakes.add(client)
+
+        def dialed(result: Dialed) -> None:
+            self._handshakes.discard(client)
+            try:
+                self._dialed(client, host, port, admission, result)
+            finally:
+                self._settle()
+
+        self.dialer.dial_soon(admission.addresses, port, dialed)
+
+    def _dialed(
+        self, client: Endpoint, host: str, port: int, admission: Admission, result: Dialed
+    ) -> None:
+        if isinstance(result, UpstreamFailed):
+            self._emit(
+                NetworkError(
+                    host=host, port=port, error=result.detail, code=result.code, method="CONNECT"
+                )
+            )
+            status = 504 if result.code == "timeout" else 502
+            client.write(
+                reply(status, f"cannot reach {host}:{port}: {result.detail}", code=result.code)
+            )
+            client.close()
+            return
+        upstream, address = result
+        if client.lost:  # the client left while we dialed: no tunnel to start
+            upstream.abort()
+            return
+        client.write(CONNECT_ESTABLISHED)
+        self.start_tunnel(client, upstream, host, port, address, admission, method="CONNECT")
 
     def _screen(self, client: Endpoint, head: RequestHead) -> bool:
         """Loop defence on the client side, then proxy auth. False: answered and done."""
@@ -450,3 +595,7 @@ class ProxyServer:
             self, client, upstream, host, port, address, admission.decision.rule, method
         )
         self._tunnels.add(tunnel)
+
+
+def _no_cache(_host: str) -> list[str] | None:
+    return None
