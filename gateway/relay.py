@@ -84,10 +84,12 @@ class Endpoint(asyncio.Protocol):
         if peer is None:
             self._wake()
             return True  # keep the transport: the coroutine decides
-        if peer.transport is not None and not peer._lost and peer.transport.can_write_eof():
-            peer.transport.write_eof()
         if peer.eof:
+            # Both directions are done. close() flushes what is queued and sends the FIN
+            # itself: a shutdown(SHUT_WR) first would be a syscall for nothing.
             self._close_pair()
+        elif peer.transport is not None and not peer._lost and peer.transport.can_write_eof():
+            peer.transport.write_eof()
         return True
 
     def connection_lost(self, exc: Exception | None) -> None:
