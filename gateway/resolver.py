@@ -36,7 +36,7 @@ class Resolver(Protocol):
 @runtime_checkable
 class CachingResolver(Resolver, Protocol):
     """A resolver that can answer from memory without a coroutine. The CONNECT fast
-    path (server.py) asks ``cached`` first and only awaits ``resolve`` on a miss."""
+    path (handshake.py) asks ``cached`` first and only awaits ``resolve`` on a miss."""
 
     def cached(self, host: str) -> list[str] | None:
         """The answer still held for ``host`` (a copy), or None: never a lookup."""
