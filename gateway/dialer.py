@@ -108,7 +108,8 @@ class Dialer:
         _Attempt(self, addresses, port, done).next()
 
     def cancel_pending(self) -> None:
-        """Abandon the dials in flight (the proxy stopped); each reports a timeout."""
+        """Abandon the dials in flight (the proxy is stopping). Each logs a timeout
+        (network_error); its client was already closed by stop(), so it gets no 504."""
         for attempt in list(self._pending):
             attempt.cancel()
 
