@@ -31,6 +31,7 @@ __all__ = [
     "PolicyError",
     "PresetInvalid",
     "SpecInvalid",
+    "escape_control",
 ]
 
 
@@ -112,10 +113,15 @@ class EgressRefused(GatewayError):
         super().__init__(str(getattr(decision, "message", decision)))
 
 
+def escape_control(text: str) -> str:
+    """``text`` with control and non-ASCII characters backslash-escaped, so input shown
+    in a message, log line or event can never split or spoof the line it is shown in."""
+    return text.encode("unicode_escape").decode("ascii")
+
+
 def _quote(text: str) -> str:
-    """Quote ``text`` for a message, escaping control characters so an error
-    line can never be split or spoofed by the input it reports."""
-    escaped = text.encode("unicode_escape").decode("ascii").replace('"', '\\"')
+    """Quote ``text`` for a message (escaped as by ``escape_control``)."""
+    escaped = escape_control(text).replace('"', '\\"')
     if len(escaped) > 200:
         escaped = escaped[:200] + "..."
     return f'"{escaped}"'

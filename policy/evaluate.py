@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from policy.addresses import AddressInfo, classify_address
 from policy.decision import Code, Decision, Mode, Verdict, deny
-from policy.errors import HostInvalid
+from policy.errors import HostInvalid, escape_control
 from policy.hosts import canonicalize_host, ip_value
 from policy.matcher import Admit, Matcher
 from policy.patterns import Rule
@@ -299,4 +299,4 @@ class Policy:
 
 def _printable(host: object) -> str:
     text = host if isinstance(host, str) else repr(host)
-    return text.encode("unicode_escape").decode("ascii")[:256]
+    return escape_control(text)[:256]

@@ -27,7 +27,7 @@ from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from policy.errors import SpecInvalid
+from policy.errors import SpecInvalid, escape_control
 
 from .image import DEFAULT_IMAGE
 
@@ -273,5 +273,5 @@ def _within(path: PurePosixPath | Path, parent: PurePosixPath | Path) -> bool:
 
 
 def _show(value: str) -> str:
-    escaped = value.encode("unicode_escape").decode("ascii").replace('"', '\\"')
+    escaped = escape_control(value).replace('"', '\\"')
     return f'"{escaped[:120]}"'
