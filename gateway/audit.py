@@ -34,7 +34,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, ClassVar, Final, Protocol
+from typing import Any, ClassVar, Final
+
+from policy import Decision
 
 __all__ = [
     "REDACTED",
@@ -55,23 +57,6 @@ REDACTED: Final = "[redacted]"
 # One encoder for every line: ``json.dumps(..., default=str)`` builds a new encoder per
 # call. Same output (default separators); our records hold no cycles to check for.
 _ENCODE: Final = json.JSONEncoder(default=str, check_circular=False).encode
-
-
-class _DecisionLike(Protocol):
-    """What ``NetworkBlocked.from_decision`` reads of a ``policy.Decision``."""
-
-    @property
-    def host(self) -> str: ...
-    @property
-    def port(self) -> int | None: ...
-    @property
-    def reason(self) -> str: ...
-    @property
-    def code(self) -> Any: ...
-    @property
-    def rule(self) -> str | None: ...
-    @property
-    def detail(self) -> str: ...
 
 
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
@@ -105,13 +90,13 @@ class NetworkBlocked(Event):
     detail: str = ""
 
     @classmethod
-    def from_decision(cls, decision: _DecisionLike, *, method: str) -> NetworkBlocked:
+    def from_decision(cls, decision: Decision, *, method: str) -> NetworkBlocked:
         """Built from the Decision that refused, never re-derived (STYLE.md)."""
         return cls(
             host=decision.host,
             port=decision.port,
             reason=decision.reason,
-            code=str(_plain(decision.code)),
+            code=decision.code.value,
             rule=decision.rule,
             method=method,
             detail=decision.detail,
